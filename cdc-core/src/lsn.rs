@@ -60,7 +60,9 @@ impl fmt::Debug for Lsn {
 
 /// Why a string is not an LSN.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid LSN {input:?}: expected two hexadecimal numbers of at most 8 digits separated by '/', e.g. 16/B374D848")]
+#[error(
+    "invalid LSN {input:?}: expected two hexadecimal numbers of at most 8 digits separated by '/', e.g. 16/B374D848"
+)]
 pub struct ParseLsnError {
     /// The rejected input.
     pub input: String,
@@ -105,7 +107,9 @@ impl<'de> Deserialize<'de> for Lsn {
 /// `ordinal`. Every event ever delivered from one slot has a distinct position, which makes
 /// it the deduplication key on replay: after a restart, events at or before the resume
 /// token's position are skipped.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct Position {
     /// The LSN of the transaction's commit record (for snapshot rows: a point before the
     /// slot's consistent point, chosen by the source).
@@ -150,7 +154,19 @@ mod tests {
 
     #[test]
     fn rejects_malformed() {
-        for bad in ["", "/", "1/", "/1", "1", "1/2/3", "g/0", "123456789/0", "+1/0", " 1/0", "1/-0"] {
+        for bad in [
+            "",
+            "/",
+            "1/",
+            "/1",
+            "1",
+            "1/2/3",
+            "g/0",
+            "123456789/0",
+            "+1/0",
+            " 1/0",
+            "1/-0",
+        ] {
             assert!(bad.parse::<Lsn>().is_err(), "{bad:?} parsed");
         }
     }
@@ -159,7 +175,10 @@ mod tests {
     fn serde_as_string() {
         let json = serde_json::to_string(&Lsn(0x1_0000_0002)).unwrap();
         assert_eq!(json, "\"1/2\"");
-        assert_eq!(serde_json::from_str::<Lsn>(&json).unwrap(), Lsn(0x1_0000_0002));
+        assert_eq!(
+            serde_json::from_str::<Lsn>(&json).unwrap(),
+            Lsn(0x1_0000_0002)
+        );
         assert!(serde_json::from_str::<Lsn>("\"nope\"").is_err());
     }
 
