@@ -8,6 +8,7 @@
 pub mod error;
 pub mod event;
 pub mod lsn;
+pub mod pipeline;
 pub mod schema;
 pub mod sink;
 pub mod source;
@@ -20,6 +21,9 @@ pub use event::{
     ChangeBatch, ChangeEvent, EventKind, OldRow, OldRowKind, Row, SnapshotMarker, TxBegin, TxCommit,
 };
 pub use lsn::{Lsn, ParseLsnError, Position};
+pub use pipeline::{
+    Pipeline, PipelineConfig, PipelineStats, RunEnd, RunSummary, ShutdownHandle, StatsSnapshot,
+};
 pub use schema::{ColumnSchema, ColumnType, ReplicaIdentity, SchemaRef, TableSchema};
 pub use sink::{Ack, AckEvent, Acknowledger, BatchId, BatchLimits, CommitMode, Sink, SinkBatch};
 pub use source::Source;

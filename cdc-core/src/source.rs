@@ -14,7 +14,11 @@ pub trait Source: Send {
     /// Prepares the stream. With `resume`, the source must verify that the token belongs
     /// to this stream (else a `ResyncRequired` error) and deliver only events after the
     /// token's position. Without it, the source starts fresh (e.g. with a snapshot).
-    async fn start(&mut self, resume: Option<&ResumeToken>) -> Result<()>;
+    ///
+    /// Returns the position already confirmed at the source (for Postgres the slot's
+    /// `confirmed_flush_lsn`); the pipeline's confirmations start from there and never go
+    /// below it.
+    async fn start(&mut self, resume: Option<&ResumeToken>) -> Result<Lsn>;
 
     /// The next batch, or `None` once the stream has ended (an end position was reached,
     /// a snapshot-only run finished). Batches respect the source's [`crate::BatchLimits`].

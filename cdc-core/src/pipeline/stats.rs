@@ -1,0 +1,160 @@
+//! Live statistics of a running pipeline, readable from any thread at any time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+use crate::{ChangeBatch, EventKind, Lsn, SnapshotMarker};
+
+/// Counters updated by the pipeline. Cheap to clone (shared).
+#[derive(Clone, Debug)]
+pub struct PipelineStats {
+    inner: Arc<Counters>,
+}
+
+#[derive(Debug)]
+struct Counters {
+    started: Instant,
+    events: AtomicU64,
+    bytes: AtomicU64,
+    batches: AtomicU64,
+    batches_in_flight: AtomicU64,
+    received_lsn: AtomicU64,
+    confirmed_lsn: AtomicU64,
+    last_commit_time_micros: AtomicU64,
+    checkpoints: AtomicU64,
+    snapshot_tables_done: AtomicU64,
+    snapshot_rows: AtomicU64,
+    snapshot_done: AtomicU64,
+}
+
+/// A point-in-time copy of the statistics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Seconds since the pipeline started.
+    pub elapsed_micros: u64,
+    /// Events written to the sink.
+    pub events: u64,
+    /// Approximate bytes of events written.
+    pub bytes: u64,
+    /// Batches written.
+    pub batches: u64,
+    /// Batches written and not yet acknowledged under the commit mode.
+    pub batches_in_flight: u64,
+    /// Commit LSN of the latest event received.
+    pub received_lsn: Lsn,
+    /// LSN confirmed to the source.
+    pub confirmed_lsn: Lsn,
+    /// Commit time (µs since 2000-01-01 UTC) of the latest transaction received, 0 if none.
+    pub last_commit_time_micros: i64,
+    /// Completed sink checkpoints.
+    pub checkpoints: u64,
+    /// Tables whose snapshot copy completed.
+    pub snapshot_tables_done: u64,
+    /// Snapshot rows written.
+    pub snapshot_rows: u64,
+    /// Whether the initial snapshot completed (or none was taken) in this run.
+    pub snapshot_complete: bool,
+}
+
+impl StatsSnapshot {
+    /// Events per second over the whole run.
+    pub fn events_per_second(&self) -> f64 {
+        self.events as f64 / (self.elapsed_micros.max(1) as f64 / 1e6)
+    }
+
+    /// Bytes per second over the whole run.
+    pub fn bytes_per_second(&self) -> f64 {
+        self.bytes as f64 / (self.elapsed_micros.max(1) as f64 / 1e6)
+    }
+
+    /// WAL bytes between what was received and what is confirmed.
+    pub fn lag_bytes(&self) -> u64 {
+        self.received_lsn.bytes_since(self.confirmed_lsn)
+    }
+}
+
+impl Default for PipelineStats {
+    fn default() -> Self {
+        PipelineStats {
+            inner: Arc::new(Counters {
+                started: Instant::now(),
+                events: AtomicU64::new(0),
+                bytes: AtomicU64::new(0),
+                batches: AtomicU64::new(0),
+                batches_in_flight: AtomicU64::new(0),
+                received_lsn: AtomicU64::new(0),
+                confirmed_lsn: AtomicU64::new(0),
+                last_commit_time_micros: AtomicU64::new(0),
+                checkpoints: AtomicU64::new(0),
+                snapshot_tables_done: AtomicU64::new(0),
+                snapshot_rows: AtomicU64::new(0),
+                snapshot_done: AtomicU64::new(0),
+            }),
+        }
+    }
+}
+
+impl PipelineStats {
+    /// Reads every counter.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let c = &self.inner;
+        StatsSnapshot {
+            elapsed_micros: u64::try_from(c.started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            events: c.events.load(Relaxed),
+            bytes: c.bytes.load(Relaxed),
+            batches: c.batches.load(Relaxed),
+            batches_in_flight: c.batches_in_flight.load(Relaxed),
+            received_lsn: Lsn(c.received_lsn.load(Relaxed)),
+            confirmed_lsn: Lsn(c.confirmed_lsn.load(Relaxed)),
+            last_commit_time_micros: c.last_commit_time_micros.load(Relaxed) as i64,
+            checkpoints: c.checkpoints.load(Relaxed),
+            snapshot_tables_done: c.snapshot_tables_done.load(Relaxed),
+            snapshot_rows: c.snapshot_rows.load(Relaxed),
+            snapshot_complete: c.snapshot_done.load(Relaxed) != 0,
+        }
+    }
+
+    pub(crate) fn record_batch(&self, batch: &ChangeBatch) {
+        let c = &self.inner;
+        c.events.fetch_add(batch.len() as u64, Relaxed);
+        c.bytes.fetch_add(batch.byte_size as u64, Relaxed);
+        c.batches.fetch_add(1, Relaxed);
+        if let Some(p) = batch.last_position() {
+            c.received_lsn.fetch_max(p.commit_lsn.0, Relaxed);
+        }
+        let mut in_snapshot_rows = 0;
+        for event in &batch.events {
+            match &event.kind {
+                EventKind::Commit(commit) => c
+                    .last_commit_time_micros
+                    .store(commit.commit_time_micros as u64, Relaxed),
+                EventKind::Snapshot(SnapshotMarker::TableCompleted { rows, .. }) => {
+                    c.snapshot_tables_done.fetch_add(1, Relaxed);
+                    in_snapshot_rows += rows;
+                }
+                EventKind::Snapshot(SnapshotMarker::Completed { .. }) => {
+                    c.snapshot_done.store(1, Relaxed);
+                }
+                EventKind::Snapshot(SnapshotMarker::Restarted) => {
+                    c.snapshot_tables_done.store(0, Relaxed);
+                    c.snapshot_rows.store(0, Relaxed);
+                }
+                _ => {}
+            }
+        }
+        c.snapshot_rows.fetch_add(in_snapshot_rows, Relaxed);
+    }
+
+    pub(crate) fn set_in_flight(&self, n: usize) {
+        self.inner.batches_in_flight.store(n as u64, Relaxed);
+    }
+
+    pub(crate) fn set_confirmed(&self, lsn: Lsn) {
+        self.inner.confirmed_lsn.store(lsn.0, Relaxed);
+    }
+
+    pub(crate) fn record_checkpoint(&self) {
+        self.inner.checkpoints.fetch_add(1, Relaxed);
+    }
+}

@@ -1,0 +1,208 @@
+//! The acknowledgement watermark: which batches are acknowledged, and so how far the
+//! source may be confirmed. Pure bookkeeping, no I/O, so the gating rules can be tested
+//! without a pipeline around them.
+
+use std::collections::VecDeque;
+
+use crate::{BatchId, CommitMode, Lsn, Position};
+
+/// One batch written to the sink and not yet retired.
+#[derive(Clone, Debug)]
+struct InFlight {
+    id: BatchId,
+    last_position: Option<Position>,
+    commit_end: Option<Lsn>,
+    bytes: usize,
+    completed: bool,
+    durable: bool,
+}
+
+/// Tracks written batches and computes the confirmable LSN.
+///
+/// Invariants: the confirmable LSN only ever moves forward, only to a batch's
+/// `commit_end` (a transaction end), and only once that batch and every earlier one are
+/// acknowledged under the commit mode (durable in checkpoint mode, completed in completion
+/// mode).
+#[derive(Debug)]
+pub struct Watermark {
+    mode: CommitMode,
+    batches: VecDeque<InFlight>,
+    confirmable: Lsn,
+    /// Bytes of batches written but not yet completed: what the sink may still hold.
+    pending_bytes: usize,
+    last_durable: Option<Position>,
+}
+
+impl Watermark {
+    /// An empty watermark starting at `start` (the position already confirmed).
+    pub fn new(mode: CommitMode, start: Lsn) -> Self {
+        Watermark {
+            mode,
+            batches: VecDeque::new(),
+            confirmable: start,
+            pending_bytes: 0,
+            last_durable: None,
+        }
+    }
+
+    /// Records a batch handed to the sink.
+    pub fn written(
+        &mut self,
+        id: BatchId,
+        last_position: Option<Position>,
+        commit_end: Option<Lsn>,
+        bytes: usize,
+    ) {
+        self.pending_bytes += bytes;
+        self.batches.push_back(InFlight {
+            id,
+            last_position,
+            commit_end,
+            bytes,
+            completed: false,
+            durable: false,
+        });
+    }
+
+    /// Records a batch whose events were all already covered by the resume token: it is
+    /// completed and durable by definition.
+    pub fn already_acknowledged(&mut self, id: BatchId, commit_end: Option<Lsn>) {
+        self.batches.push_back(InFlight {
+            id,
+            last_position: None,
+            commit_end,
+            bytes: 0,
+            completed: true,
+            durable: true,
+        });
+        self.retire();
+    }
+
+    /// The sink processed batch `id` and every earlier one.
+    pub fn completed(&mut self, id: BatchId) {
+        for batch in self.batches.iter_mut().take_while(|b| b.id <= id) {
+            if !batch.completed {
+                batch.completed = true;
+                self.pending_bytes -= batch.bytes;
+            }
+        }
+        self.retire();
+    }
+
+    /// Everything up to and including `position` is durable in the sink.
+    pub fn durable(&mut self, position: Option<Position>) {
+        let Some(position) = position else {
+            return;
+        };
+        self.last_durable = self.last_durable.max(Some(position));
+        for batch in self.batches.iter_mut() {
+            match batch.last_position {
+                Some(p) if p > position => break,
+                _ => {
+                    // Durable implies processed.
+                    batch.durable = true;
+                    if !batch.completed {
+                        batch.completed = true;
+                        self.pending_bytes -= batch.bytes;
+                    }
+                }
+            }
+        }
+        self.retire();
+    }
+
+    /// Drops acknowledged batches from the front, advancing the confirmable LSN.
+    fn retire(&mut self) {
+        while let Some(front) = self.batches.front() {
+            let acknowledged = match self.mode {
+                CommitMode::Checkpoint => front.durable,
+                CommitMode::Completion => front.completed,
+            };
+            if !acknowledged {
+                break;
+            }
+            if let Some(end) = front.commit_end {
+                self.confirmable = self.confirmable.max(end);
+            }
+            self.batches.pop_front();
+        }
+    }
+
+    /// The LSN the source may be confirmed to.
+    pub fn confirmable(&self) -> Lsn {
+        self.confirmable
+    }
+
+    /// Bytes written to the sink and not yet completed.
+    pub fn pending_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
+    /// Batches written and not yet acknowledged under the commit mode.
+    pub fn in_flight(&self) -> usize {
+        self.batches.len()
+    }
+
+    /// Batches written but not yet completed.
+    pub fn uncompleted(&self) -> usize {
+        self.batches.iter().filter(|b| !b.completed).count()
+    }
+
+    /// Whether every written batch is acknowledged.
+    pub fn is_idle(&self) -> bool {
+        self.batches.is_empty()
+    }
+
+    /// Whether every written batch is durable (nothing awaits a checkpoint).
+    pub fn all_durable(&self) -> bool {
+        self.batches.iter().all(|b| b.durable)
+    }
+
+    /// The highest durable position reported.
+    pub fn last_durable(&self) -> Option<Position> {
+        self.last_durable
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pos(l: u64, o: u64) -> Option<Position> {
+        Some(Position::new(Lsn(l), o))
+    }
+
+    #[test]
+    fn checkpoint_mode_waits_for_durability() {
+        let mut w = Watermark::new(CommitMode::Checkpoint, Lsn(0));
+        w.written(BatchId(0), pos(10, 3), Some(Lsn(12)), 100);
+        w.written(BatchId(1), pos(20, 1), None, 50);
+        w.completed(BatchId(1));
+        assert_eq!(w.confirmable(), Lsn(0));
+        assert_eq!(w.pending_bytes(), 0);
+        w.durable(pos(10, 3));
+        assert_eq!(w.confirmable(), Lsn(12));
+        assert_eq!(w.in_flight(), 1);
+    }
+
+    #[test]
+    fn completion_mode_follows_completion() {
+        let mut w = Watermark::new(CommitMode::Completion, Lsn(0));
+        w.written(BatchId(0), pos(10, 3), Some(Lsn(12)), 100);
+        w.written(BatchId(1), pos(20, 3), Some(Lsn(22)), 100);
+        w.completed(BatchId(0));
+        assert_eq!(w.confirmable(), Lsn(12));
+        w.completed(BatchId(1));
+        assert_eq!(w.confirmable(), Lsn(22));
+        assert!(w.is_idle());
+    }
+
+    #[test]
+    fn mid_transaction_batches_confirm_the_previous_end_only() {
+        let mut w = Watermark::new(CommitMode::Checkpoint, Lsn(5));
+        w.written(BatchId(0), pos(30, 100), None, 1);
+        w.completed(BatchId(0));
+        w.durable(pos(30, 100));
+        assert_eq!(w.confirmable(), Lsn(5));
+    }
+}
