@@ -1,1 +1,4 @@
-//! Placeholder: filled by a later issue.
+//! PostgreSQL logical replication (pgoutput) for pgcdc: sans-IO protocol, type decoding,
+//! replication connection, catalog, slots, snapshot and `PgSource`.
+
+pub mod protocol;

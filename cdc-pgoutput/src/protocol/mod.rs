@@ -1,0 +1,17 @@
+//! Sans-IO protocol code: bytes in, values out, and values back to bytes.
+//!
+//! - [`replication`]: the CopyData sub-protocol of `START_REPLICATION` (XLogData, keepalives,
+//!   standby status updates, hot standby feedback).
+//! - [`pgoutput`]: the logical replication messages inside XLogData.
+//!
+//! Nothing here does I/O, awaits, or keeps a clock; decoders never panic on any input and
+//! report malformed bytes as a [`DecodeError`] naming message, offset and problem.
+
+pub mod error;
+pub mod pgoutput;
+mod reader;
+pub mod replication;
+pub mod timestamp;
+mod writer;
+
+pub use error::{DecodeError, DecodeProblem, EncodeError, MessageKind};
