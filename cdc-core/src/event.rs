@@ -188,7 +188,8 @@ pub struct ChangeBatch {
     pub byte_size: usize,
     /// The end LSN of the last transaction that is complete within or before this batch:
     /// once this batch and all earlier ones are acknowledged, the source may confirm up to
-    /// here. `None` when the batch ends no transaction.
+    /// here. `None` when the batch ends no transaction. A batch may have no events and only
+    /// a `commit_end` (progress over transactions that carried nothing for the sink).
     pub commit_end: Option<Lsn>,
 }
 

@@ -201,11 +201,13 @@ impl<So: Source, Si: Sink> Pipeline<So, Si> {
             if batch.events.len() != before {
                 batch.byte_size = batch.events.iter().map(|e| e.approx_size()).sum();
             }
-            if batch.events.is_empty() {
-                // Everything here is already in the sink's durable state.
-                state.watermark.already_acknowledged(id, batch.commit_end);
-                return Ok(());
-            }
+        }
+        if batch.events.is_empty() {
+            // Nothing for the sink: either everything is already in its durable state (a
+            // replay), or the source only reports progress (transactions of tables not
+            // configured). Its commit end may be confirmed once every earlier batch is.
+            state.watermark.already_acknowledged(id, batch.commit_end);
+            return Ok(());
         }
         let resume_token = self.source.resume_token(&batch);
         state
