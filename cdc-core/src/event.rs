@@ -57,6 +57,11 @@ pub enum SnapshotMarker {
     Started,
     /// A previous, incomplete snapshot is abandoned and redone from scratch: the sink must
     /// discard every row it holds from snapshot events before this marker.
+    ///
+    /// Sources guarantee: the marker and every row of the new snapshot have positions
+    /// greater than any position of the abandoned one (so position-based deduplication never
+    /// drops them), and a source that restarted a snapshot for a token restarts it again if
+    /// handed the same token — it never resumes the abandoned snapshot's progress.
     Restarted,
     /// The copy of one table starts.
     TableStarted(TableName),

@@ -99,7 +99,8 @@ pub struct SinkBatch {
 ///   means the sink will call [`Acknowledger::completed`] later. Completion is reported in
 ///   batch order.
 /// - `checkpoint` asks the sink to make everything written so far durable **atomically
-///   with** the given token. `Ok(Ack::Done)` means it is durable now; `Ok(Ack::Pending)`
+///   with** the given token. The pipeline always passes the token of the last batch it
+///   wrote, so the token covers every batch written before the call. `Ok(Ack::Done)` means it is durable now; `Ok(Ack::Pending)`
 ///   means the sink will call [`Acknowledger::durable`] with that token later. A sink may
 ///   also report durability of any token it received on its own schedule.
 /// - After a crash, `open` returns the token of the last durable checkpoint (or `None`);

@@ -1,1 +1,26 @@
-//! Placeholder: filled by a later issue.
+//! Sinks for pgcdc.
+//!
+//! - [`feldera`]: Feldera-style JSON (`format=json`, `update_format=insert_delete`) — the
+//!   encoder, its policies, and a stream sink to any writer;
+//! - [`file`](mod@file): durable Feldera JSON files with exactly-once effect across crashes;
+//! - [`stdout`]: human-readable or JSON lines for demos and debugging;
+//! - [`memory`]: materialized in-memory tables with a change log, for tests.
+//!
+//! Every sink implements [`cdc_core::Sink`].
+
+#![warn(missing_docs)]
+
+pub mod feldera;
+pub mod file;
+pub mod memory;
+pub mod stdout;
+
+mod json;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use feldera::{EncoderOptions, FelderaEncoder, FelderaStreamSink, Framing, Policies};
+pub use file::{FelderaFileSink, FileLayout, FileSinkOptions};
+pub use memory::{MemoryHandle, MemorySink, MemorySinkOptions};
+pub use stdout::{StdoutFormat, StdoutSink};

@@ -1,0 +1,205 @@
+//! Durable Feldera JSON files with exactly-once effect.
+//!
+//! The output directory holds the data files — one per table (`schema.table.json`, the
+//! form a Feldera file input reads directly) or one multiplexed `changes.json` — and the
+//! checkpoint file `pgcdc-checkpoint.json`, which records the [`ResumeToken`] together
+//! with the length of every data file at that checkpoint.
+//!
+//! A checkpoint writes out pending bytes, fsyncs the data files, writes the checkpoint to
+//! a temporary file, fsyncs it, renames it over the previous one and fsyncs the
+//! directory. The rename is the commit point: before it the previous checkpoint holds,
+//! after it the new one. At `open`, every data file is truncated back to its recorded
+//! length and data files created after the checkpoint are removed, so the files hold
+//! exactly what the returned token covers. The pipeline resumes after the token; events
+//! at or before the last applied position that arrive anyway are skipped. Together:
+//! nothing is duplicated or lost (exactly-once files).
+//!
+//! A consumer must read only up to the lengths in the checkpoint file (or only after the
+//! writer stopped): bytes past them may still be withdrawn by a recovery.
+//!
+//! Only one writer may use a directory at a time; this is not enforced (no lock file).
+
+mod core;
+mod state;
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use cdc_core::{Ack, Acknowledger, Error, Result, ResumeToken, Sink, SinkBatch};
+use serde::{Deserialize, Serialize};
+
+use self::core::Core;
+use crate::feldera::{EncoderOptions, Framing, PolicyCount, TruncatePolicy};
+
+pub use state::{CHECKPOINT_FILE, MULTIPLEXED_FILE, table_file_name};
+
+/// How the data files are laid out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileLayout {
+    /// One file per table, `schema.table.json` (see [`table_file_name`]): each is what a
+    /// Feldera file input for that table ingests. Default.
+    #[default]
+    PerTable,
+    /// One file `changes.json` for every table; set [`EncoderOptions::table_key`] so a
+    /// reader can tell the tables apart.
+    Multiplexed,
+}
+
+/// Where a simulated crash happens inside a checkpoint (for crash tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CrashPoint {
+    /// Data files fsynced; the checkpoint file not yet written.
+    AfterDataSync,
+    /// New checkpoint written to the temporary file and fsynced; not yet renamed.
+    AfterTempWrite,
+    /// Renamed; the directory not yet fsynced.
+    AfterRename,
+}
+
+/// A simulated crash (for crash tests; never set it in production).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CrashInjection {
+    /// Where.
+    pub point: CrashPoint,
+    /// `true`: abort the whole process there (`std::process::abort`), a real crash for
+    /// tests that run the writer in a child process. `false`: fail the operation and
+    /// refuse every later one, leaving the files as a crash would.
+    pub abort_process: bool,
+}
+
+/// Options of [`FelderaFileSink`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileSinkOptions {
+    /// The output directory (created if missing). It must be empty or hold this sink's
+    /// earlier output.
+    pub dir: PathBuf,
+    /// One file per table (default) or one multiplexed file.
+    pub layout: FileLayout,
+    /// Newline-delimited (default) or arrays.
+    pub framing: Framing,
+    /// Encoding options and policies.
+    pub encoder: EncoderOptions,
+    /// Simulated crash, for tests only.
+    pub crash: Option<CrashInjection>,
+}
+
+impl FileSinkOptions {
+    /// Defaults for `dir`: one file per table, newline-delimited, default (erroring)
+    /// policies, no table key.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        FileSinkOptions {
+            dir: dir.into(),
+            layout: FileLayout::PerTable,
+            framing: Framing::Lines,
+            encoder: EncoderOptions::default(),
+            crash: None,
+        }
+    }
+
+    /// Checks that the options fit together: a TRUNCATE marker is not Feldera input, so
+    /// it is only allowed in a multiplexed file.
+    pub fn validate(&self) -> Result<()> {
+        if self.layout == FileLayout::PerTable
+            && self.encoder.policies.truncate == TruncatePolicy::Marker
+        {
+            return Err(Error::config(
+                "the truncate policy `marker` writes records Feldera rejects; use it only with the multiplexed layout (or choose `error` or `skip`)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Feldera JSON files with checkpoints that make them exactly-once (see the module docs).
+///
+/// `write` encodes a batch and hands it to the OS (`Ack::Done`: processed, not durable);
+/// `checkpoint` makes everything written durable atomically with the token (`Ack::Done`
+/// when it returns). File I/O runs on tokio's blocking pool, so the sink must be driven
+/// inside a tokio runtime. If a call fails or its future is dropped half-way, the sink
+/// refuses further calls; reopening (a new sink on the same directory) recovers.
+#[derive(Debug)]
+pub struct FelderaFileSink {
+    options: FileSinkOptions,
+    core: Option<Box<Core>>,
+}
+
+impl FelderaFileSink {
+    /// A sink writing into `options.dir`. Nothing is touched before [`Sink::open`].
+    pub fn new(options: FileSinkOptions) -> Result<Self> {
+        options.validate()?;
+        Ok(FelderaFileSink {
+            options,
+            core: None,
+        })
+    }
+
+    /// The options.
+    pub fn options(&self) -> &FileSinkOptions {
+        &self.options
+    }
+
+    /// Non-error policies applied so far, per column (empty before `open`).
+    pub fn policy_counts(&self) -> Vec<PolicyCount> {
+        self.core
+            .as_ref()
+            .map(|c| c.encoder().policy_log().counts())
+            .unwrap_or_default()
+    }
+
+    /// Replayed events skipped because their position was already in the files.
+    pub fn skipped_replays(&self) -> u64 {
+        self.core.as_ref().map_or(0, |c| c.skipped)
+    }
+
+    /// Runs `f` on the core on a blocking thread.
+    async fn run<T: Send + 'static>(
+        &mut self,
+        f: impl FnOnce(&mut Core) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let mut core = self.core.take().ok_or_else(|| {
+            Error::sink(format!(
+                "the file sink for {} is not open, or an earlier call was interrupted; open a new sink on the directory",
+                self.options.dir.display()
+            ))
+        })?;
+        let (core, result) = tokio::task::spawn_blocking(move || {
+            let result = f(&mut core);
+            (core, result)
+        })
+        .await
+        .map_err(|e| Error::sink("the file sink's I/O task failed").with_source(e))?;
+        self.core = Some(core);
+        result
+    }
+}
+
+#[async_trait]
+impl Sink for FelderaFileSink {
+    /// Recovers the directory (see the module docs) and returns the token of the last
+    /// checkpoint, `None` for a new directory.
+    async fn open(&mut self, _acks: Acknowledger) -> Result<Option<ResumeToken>> {
+        let options = self.options.clone();
+        let (core, token) = tokio::task::spawn_blocking(move || Core::open(options))
+            .await
+            .map_err(|e| Error::sink("the file sink's I/O task failed").with_source(e))??;
+        tracing::info!(dir = %core.dir().display(), token = ?token.as_ref().map(|t| t.position), "file sink opened");
+        self.core = Some(Box::new(core));
+        Ok(token)
+    }
+
+    async fn write(&mut self, batch: SinkBatch) -> Result<Ack> {
+        self.run(move |core| core.write_batch(&batch.batch.events))
+            .await?;
+        Ok(Ack::Done)
+    }
+
+    async fn checkpoint(&mut self, token: &ResumeToken) -> Result<Ack> {
+        let token = token.clone();
+        self.run(move |core| core.checkpoint(&token)).await?;
+        Ok(Ack::Done)
+    }
+}
+
+#[cfg(test)]
+mod tests;

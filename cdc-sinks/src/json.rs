@@ -1,0 +1,259 @@
+//! Low-level JSON writing into a reused `Vec<u8>`: strings, integers, floats, and inlining
+//! of JSON text. No intermediate `serde_json::Value`; one pass over the input.
+
+/// How a byte must be escaped inside a JSON string: 0 = copied as is, `u` = `\u00XX`,
+/// anything else = a backslash followed by that byte.
+const ESCAPE: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        table[i] = b'u';
+        i += 1;
+    }
+    table[0x08] = b'b';
+    table[0x09] = b't';
+    table[0x0A] = b'n';
+    table[0x0C] = b'f';
+    table[0x0D] = b'r';
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table
+};
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Appends `s` as a JSON string literal (quotes included). Control characters, `"` and `\`
+/// are escaped; everything else, including non-ASCII UTF-8, is copied unchanged.
+pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
+    out.reserve(s.len() + 2);
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc = ESCAPE[b as usize];
+        if esc == 0 {
+            continue;
+        }
+        out.extend_from_slice(&bytes[start..i]);
+        if esc == b'u' {
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[(b >> 4) as usize]);
+            out.push(HEX[(b & 0xF) as usize]);
+        } else {
+            out.push(b'\\');
+            out.push(esc);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+/// Appends an integer.
+pub(crate) fn write_int<I: itoa::Integer>(out: &mut Vec<u8>, v: I) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+/// Appends a finite `f64` in its shortest round-trip form (`1.5`, `1e-7`, `-0.0`).
+/// The caller guarantees finiteness.
+pub(crate) fn write_f64(out: &mut Vec<u8>, v: f64) {
+    out.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
+}
+
+/// Appends a finite `f32` in its shortest round-trip form. The caller guarantees finiteness.
+pub(crate) fn write_f32(out: &mut Vec<u8>, v: f32) {
+    out.extend_from_slice(ryu::Buffer::new().format_finite(v).as_bytes());
+}
+
+/// Appends `n` as exactly `width` decimal digits, zero-padded (`n < 10^width`).
+pub(crate) fn write_padded(out: &mut Vec<u8>, mut n: u64, width: usize) {
+    let start = out.len();
+    out.resize(start + width, b'0');
+    for slot in out[start..].iter_mut().rev() {
+        *slot = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+}
+
+/// Why JSON text could not be inlined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InlineJsonError {
+    /// Empty or only white space.
+    Empty,
+    /// A string is not closed or a bracket is not balanced.
+    Unbalanced,
+    /// More than one top-level value.
+    TrailingData,
+}
+
+/// Appends the JSON document `text` without its insignificant white space, so that a
+/// `json` value spanning several lines cannot break line framing. Key order, duplicate
+/// keys and number spellings are kept exactly.
+///
+/// The text comes from Postgres, which validated it; this only checks the structure the
+/// framing depends on (strings closed, brackets balanced, one top-level value). On error
+/// `out` is left as it was.
+pub(crate) fn write_inline_json(out: &mut Vec<u8>, text: &str) -> Result<(), InlineJsonError> {
+    let start = out.len();
+    out.reserve(text.len());
+    let mut depth: usize = 0;
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut values_done = 0usize;
+    let mut in_scalar = false;
+    let fail = |out: &mut Vec<u8>, e| {
+        out.truncate(start);
+        Err(e)
+    };
+    for &b in text.as_bytes() {
+        if in_string {
+            out.push(b);
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+                if depth == 0 {
+                    values_done += 1;
+                }
+            }
+            continue;
+        }
+        match b {
+            b' ' | b'\t' | b'\n' | b'\r' => {
+                if in_scalar {
+                    in_scalar = false;
+                    if depth == 0 {
+                        values_done += 1;
+                    }
+                }
+                continue;
+            }
+            _ => {}
+        }
+        if depth == 0 && values_done > 0 && !in_scalar {
+            return fail(out, InlineJsonError::TrailingData);
+        }
+        match b {
+            b'"' => {
+                if in_scalar {
+                    return fail(out, InlineJsonError::TrailingData);
+                }
+                in_string = true;
+            }
+            b'{' | b'[' => {
+                if in_scalar {
+                    return fail(out, InlineJsonError::TrailingData);
+                }
+                depth += 1;
+            }
+            b'}' | b']' => {
+                if depth == 0 {
+                    return fail(out, InlineJsonError::Unbalanced);
+                }
+                in_scalar = false;
+                depth -= 1;
+                if depth == 0 {
+                    values_done += 1;
+                }
+            }
+            b',' | b':' => in_scalar = false,
+            _ => {
+                if depth == 0 {
+                    in_scalar = true;
+                }
+            }
+        }
+        out.push(b);
+    }
+    if in_scalar {
+        values_done += 1;
+    }
+    if in_string || depth != 0 {
+        return fail(out, InlineJsonError::Unbalanced);
+    }
+    if values_done == 0 {
+        return fail(out, InlineJsonError::Empty);
+    }
+    if values_done > 1 {
+        return fail(out, InlineJsonError::TrailingData);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn s(v: &str) -> String {
+        let mut out = Vec::new();
+        write_str(&mut out, v);
+        String::from_utf8(out).unwrap()
+    }
+
+    fn inline(v: &str) -> Result<String, InlineJsonError> {
+        let mut out = b"x".to_vec();
+        write_inline_json(&mut out, v).map(|()| String::from_utf8(out[1..].to_vec()).unwrap())
+    }
+
+    #[test]
+    fn escapes_quotes_backslashes_and_controls() {
+        assert_eq!(s("a\"b\\c"), r#""a\"b\\c""#);
+        assert_eq!(
+            s("\n\t\r\u{8}\u{c}\u{1}\u{1f}"),
+            r#""\n\t\r\b\f\u0001\u001f""#
+        );
+        assert_eq!(s("héllo ☃ \u{2028}"), "\"héllo ☃ \u{2028}\"");
+    }
+
+    #[test]
+    fn pads_digits() {
+        let mut out = Vec::new();
+        write_padded(&mut out, 42, 6);
+        assert_eq!(out, b"000042");
+    }
+
+    #[test]
+    fn inlines_json_without_white_space_keeping_order() {
+        assert_eq!(
+            inline("{\"b\": 1,\n \"a\" : [1, 2, \"x y\"], \"b\": null}").unwrap(),
+            r#"{"b":1,"a":[1,2,"x y"],"b":null}"#
+        );
+        assert_eq!(inline("  12.50e3 ").unwrap(), "12.50e3");
+        assert_eq!(inline("\"a\\\" b\"").unwrap(), r#""a\" b""#);
+        assert_eq!(inline("true").unwrap(), "true");
+    }
+
+    #[test]
+    fn rejects_broken_structure_and_restores_buffer() {
+        assert_eq!(inline(""), Err(InlineJsonError::Empty));
+        assert_eq!(inline("{\"a\":1"), Err(InlineJsonError::Unbalanced));
+        assert_eq!(inline("\"abc"), Err(InlineJsonError::Unbalanced));
+        assert_eq!(inline("]"), Err(InlineJsonError::Unbalanced));
+        assert_eq!(inline("1 2"), Err(InlineJsonError::TrailingData));
+        assert_eq!(inline("{} {}"), Err(InlineJsonError::TrailingData));
+        let mut out = b"keep".to_vec();
+        assert!(write_inline_json(&mut out, "[1,").is_err());
+        assert_eq!(out, b"keep");
+    }
+
+    proptest! {
+        #[test]
+        fn strings_round_trip_through_serde_json(v in "\\PC*|[\\x00-\\x7f]*") {
+            let text = s(&v);
+            prop_assert_eq!(serde_json::from_str::<String>(&text).unwrap(), v);
+        }
+
+        #[test]
+        fn inlined_json_parses_to_the_same_value(v in proptest::collection::vec(("[a-z\\n \"]{0,4}", any::<i32>()), 0..5)) {
+            let map: serde_json::Map<String, serde_json::Value> =
+                v.into_iter().map(|(k, n)| (k, serde_json::Value::from(n))).collect();
+            let pretty = serde_json::to_string_pretty(&serde_json::Value::Object(map.clone())).unwrap();
+            let compact = inline(&pretty).unwrap();
+            prop_assert!(!compact.contains('\n'));
+            prop_assert_eq!(serde_json::from_str::<serde_json::Value>(&compact).unwrap(), serde_json::Value::Object(map));
+        }
+    }
+}
