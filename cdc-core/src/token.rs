@@ -47,6 +47,11 @@ pub struct ResumeToken {
     /// The last event whose effect the token covers; events at or before it are skipped on
     /// replay. `None` before any event was acknowledged.
     pub position: Option<Position>,
+    /// The end LSN of the last transaction the token fully covers (including transactions
+    /// that carried nothing for the sink). The source may be confirmed up to here; a source
+    /// whose confirmed position is beyond it has lost changes the sink does not have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit_end: Option<Lsn>,
     /// Present while the initial snapshot is incomplete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotProgress>,
@@ -57,6 +62,8 @@ struct ResumeTokenV1 {
     version: u32,
     source: SourceIdentity,
     position: Option<Position>,
+    #[serde(default)]
+    commit_end: Option<Lsn>,
     #[serde(default)]
     snapshot: Option<SnapshotProgress>,
 }
@@ -82,6 +89,7 @@ impl<'de> Deserialize<'de> for ResumeToken {
             version: v1.version,
             source: v1.source,
             position: v1.position,
+            commit_end: v1.commit_end,
             snapshot: v1.snapshot,
         })
     }
@@ -94,6 +102,7 @@ impl ResumeToken {
             version: RESUME_TOKEN_VERSION,
             source,
             position,
+            commit_end: None,
             snapshot: None,
         }
     }
@@ -164,12 +173,14 @@ mod tests {
         fn serde_round_trip(
             sysid in any::<u64>(), timeline in any::<u32>(), db in "\\PC{0,12}", slot in "[a-z_0-9]{1,20}",
             pos in proptest::option::of(any::<(u64, u64)>()),
+            end in proptest::option::of(any::<u64>()),
             snap in proptest::option::of((any::<u64>(), proptest::collection::vec(("[a-z]{1,5}", "[A-Za-z.\"]{1,6}"), 0..3))),
         ) {
             let mut token = ResumeToken::new(
                 SourceIdentity { system_identifier: sysid.to_string(), timeline, database: db, slot },
                 pos.map(|(l, o)| Position::new(Lsn(l), o)),
             );
+            token.commit_end = end.map(Lsn);
             token.snapshot = snap.map(|(cp, tables)| SnapshotProgress {
                 consistent_point: Lsn(cp),
                 completed_tables: tables.into_iter().map(|(s, n)| TableName::new(s, n)).collect(),

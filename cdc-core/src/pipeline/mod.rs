@@ -195,19 +195,27 @@ impl<So: Source, Si: Sink> Pipeline<So, Si> {
     async fn write(&mut self, state: &mut RunState, mut batch: ChangeBatch) -> Result<()> {
         let id = BatchId(state.next_id);
         state.next_id += 1;
+        if batch.events.is_empty() {
+            // Progress without events (transactions of tables not configured, an idle
+            // server's WAL end): confirmable once a durable token covers its end (in
+            // checkpoint mode), so the token and the slot never disagree.
+            let resume_token = self.source.resume_token(&batch);
+            state.watermark.written(id, None, batch.commit_end, 0);
+            state.watermark.completed(id);
+            state.last_written = Some(resume_token);
+            return Ok(());
+        }
         if let Some(after) = state.resume_after {
             let before = batch.events.len();
             batch.events.retain(|e| e.position > after);
             if batch.events.len() != before {
                 batch.byte_size = batch.events.iter().map(|e| e.approx_size()).sum();
             }
-        }
-        if batch.events.is_empty() {
-            // Nothing for the sink: either everything is already in its durable state (a
-            // replay), or the source only reports progress (transactions of tables not
-            // configured). Its commit end may be confirmed once every earlier batch is.
-            state.watermark.already_acknowledged(id, batch.commit_end);
-            return Ok(());
+            if batch.events.is_empty() {
+                // A replay of what the sink's durable state already holds.
+                state.watermark.already_acknowledged(id, batch.commit_end);
+                return Ok(());
+            }
         }
         let resume_token = self.source.resume_token(&batch);
         state
@@ -247,13 +255,11 @@ impl<So: Source, Si: Sink> Pipeline<So, Si> {
         match ack {
             AckEvent::Completed(id) => state.watermark.completed(id),
             AckEvent::Durable(token) => {
-                state.watermark.durable(token.position);
+                state.watermark.durable(token.position, token.commit_end);
                 self.stats.record_checkpoint();
-                let newer = match (&state.last_durable, token.position) {
-                    (Some(old), Some(new)) => old.position.is_none_or(|p| p <= new),
-                    (None, _) => true,
-                    (Some(_), None) => false,
-                };
+                let newer = state.last_durable.as_ref().is_none_or(|old| {
+                    (old.position, old.commit_end) <= (token.position, token.commit_end)
+                });
                 if newer {
                     state.last_durable = Some(token);
                 }
@@ -279,14 +285,16 @@ impl<So: Source, Si: Sink> Pipeline<So, Si> {
         ack_rx: &mut mpsc::UnboundedReceiver<AckEvent>,
     ) -> Result<()> {
         self.checkpoint(state).await?;
-        let final_position = state.last_written.as_ref().and_then(|t| t.position);
+        let final_token = state
+            .last_written
+            .as_ref()
+            .map(|t| (t.position, t.commit_end));
         let durable = |state: &RunState| {
-            final_position.is_none_or(|last| {
+            final_token.is_none_or(|last| {
                 state
                     .last_durable
                     .as_ref()
-                    .and_then(|t| t.position)
-                    .is_some_and(|p| p >= last)
+                    .is_some_and(|t| (t.position, t.commit_end) >= last)
             })
         };
         while !(state.watermark.is_idle() && durable(state)) {

@@ -89,23 +89,29 @@ impl Watermark {
         self.retire();
     }
 
-    /// Everything up to and including `position` is durable in the sink.
-    pub fn durable(&mut self, position: Option<Position>) {
-        let Some(position) = position else {
-            return;
-        };
-        self.last_durable = self.last_durable.max(Some(position));
+    /// Everything a durable token covers is durable in the sink: batches with events up to
+    /// `position`, and event-less progress batches up to `commit_end`.
+    pub fn durable(&mut self, position: Option<Position>, commit_end: Option<Lsn>) {
+        if position.is_some() {
+            self.last_durable = self.last_durable.max(position);
+        }
         for batch in self.batches.iter_mut() {
-            match batch.last_position {
-                Some(p) if p > position => break,
-                _ => {
-                    // Durable implies processed.
-                    batch.durable = true;
-                    if !batch.completed {
-                        batch.completed = true;
-                        self.pending_bytes -= batch.bytes;
-                    }
-                }
+            let covered = match batch.last_position {
+                Some(p) => position.is_some_and(|d| p <= d),
+                None => match (batch.commit_end, commit_end) {
+                    (None, _) => true,
+                    (Some(end), Some(durable_end)) => end <= durable_end,
+                    (Some(_), None) => false,
+                },
+            };
+            if !covered {
+                break;
+            }
+            // Durable implies processed.
+            batch.durable = true;
+            if !batch.completed {
+                batch.completed = true;
+                self.pending_bytes -= batch.bytes;
             }
         }
         self.retire();
@@ -180,9 +186,23 @@ mod tests {
         w.completed(BatchId(1));
         assert_eq!(w.confirmable(), Lsn(0));
         assert_eq!(w.pending_bytes(), 0);
-        w.durable(pos(10, 3));
+        w.durable(pos(10, 3), Some(Lsn(12)));
         assert_eq!(w.confirmable(), Lsn(12));
         assert_eq!(w.in_flight(), 1);
+    }
+
+    #[test]
+    fn progress_batches_need_a_token_covering_their_end() {
+        let mut w = Watermark::new(CommitMode::Checkpoint, Lsn(0));
+        w.written(BatchId(0), pos(10, 3), Some(Lsn(12)), 100);
+        w.written(BatchId(1), None, Some(Lsn(50)), 0);
+        w.completed(BatchId(1));
+        // An older token covers the data batch but not the progress after it.
+        w.durable(pos(10, 3), Some(Lsn(12)));
+        assert_eq!(w.confirmable(), Lsn(12));
+        w.durable(pos(10, 3), Some(Lsn(50)));
+        assert_eq!(w.confirmable(), Lsn(50));
+        assert!(w.is_idle());
     }
 
     #[test]
@@ -202,7 +222,7 @@ mod tests {
         let mut w = Watermark::new(CommitMode::Checkpoint, Lsn(5));
         w.written(BatchId(0), pos(30, 100), None, 1);
         w.completed(BatchId(0));
-        w.durable(pos(30, 100));
+        w.durable(pos(30, 100), Some(Lsn(5)));
         assert_eq!(w.confirmable(), Lsn(5));
     }
 }
