@@ -296,7 +296,10 @@ impl Sink for ScriptedSink {
     }
 }
 
-fn scenario() -> impl Strategy<Value = (Vec<(usize, bool)>, Vec<usize>, Vec<u64>, Vec<u64>, bool)> {
+/// Transactions (size, filtered), batch sizes, ack delays, crash times, completion mode.
+type Scenario = (Vec<(usize, bool)>, Vec<usize>, Vec<u64>, Vec<u64>, bool);
+
+fn scenario() -> impl Strategy<Value = Scenario> {
     (
         prop::collection::vec((0usize..6, prop::bool::weighted(0.3)), 1..25),
         prop::collection::vec(1usize..9, 1..6),
