@@ -1,0 +1,571 @@
+//! From pgoutput messages to change events: the relation cache, tuple decoding into
+//! `Value`s, positions, and buffering of streamed transactions.
+//!
+//! [`ChangeAssembler`] is fed one XLogData payload at a time and appends
+//! [`ChangeEvent`]s. It is sans-IO except for spilling large streamed transactions to
+//! temporary files.
+//!
+//! Positions: every transaction's events share the commit LSN (known from Begin, or from
+//! Stream Commit for streamed ones). Ordinals count the transaction's changes as Postgres
+//! sent them — including changes of tables that are not configured, which are decoded no
+//! further — so they are the same on every replay of the transaction: Begin is 0, the
+//! k-th change (k ≥ 1) is `2k`, a schema change event just before it `2k − 1`, and Commit
+//! `2(n + 1)` for `n` changes.
+
+mod relations;
+mod stream_buffer;
+mod tuples;
+
+use bytes::{Bytes, BytesMut};
+use cdc_core::{
+    ChangeEvent, Error, EventKind, Lsn, OldRow, OldRowKind, Position, SchemaRef, TxBegin, TxCommit,
+};
+
+pub use relations::{
+    CachedRelation, RelationCache, RelationUpdate, SchemaChangePolicy, TableCatalogInfo,
+    TableRouting,
+};
+pub use stream_buffer::{Replay, StreamBuffers};
+
+use crate::protocol::pgoutput::{
+    self, DecoderOptions, OldTuple, PgOutputDecoder, PgOutputMessage, StreamStart,
+};
+
+/// Which logical decoding messages (`pg_logical_emit_message`) to deliver.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum MessageFilter {
+    /// None (default; the server is not asked for them either).
+    #[default]
+    Off,
+    /// Every message.
+    All,
+    /// Messages whose prefix starts with one of these.
+    Prefixes(Vec<String>),
+}
+
+impl MessageFilter {
+    fn accepts(&self, prefix: &str) -> bool {
+        match self {
+            MessageFilter::Off => false,
+            MessageFilter::All => true,
+            MessageFilter::Prefixes(p) => p.iter().any(|p| prefix.starts_with(p.as_str())),
+        }
+    }
+}
+
+/// How the assembler works.
+#[derive(Clone, Debug)]
+pub struct AssemblerConfig {
+    /// The negotiated protocol options.
+    pub decoder: DecoderOptions,
+    /// Which tables are delivered and under which names.
+    pub routing: TableRouting,
+    /// What a changed Relation message does.
+    pub schema_policy: SchemaChangePolicy,
+    /// Which logical messages are delivered.
+    pub messages: MessageFilter,
+    /// Memory for in-progress streamed transactions before they spill to disk.
+    pub stream_memory_limit: usize,
+}
+
+#[derive(Debug)]
+struct TxState {
+    commit_lsn: Lsn,
+    commit_time_micros: i64,
+    xid: u32,
+    changes: u64,
+    begin_emitted: bool,
+}
+
+#[derive(Debug)]
+struct ReplayState {
+    entries: Replay,
+    decoder: PgOutputDecoder,
+    end_lsn: Lsn,
+}
+
+/// Turns pgoutput messages into change events. See the module documentation for
+/// positions.
+#[derive(Debug)]
+pub struct ChangeAssembler {
+    decoder: PgOutputDecoder,
+    relations: RelationCache,
+    messages: MessageFilter,
+    tx: Option<TxState>,
+    streams: StreamBuffers,
+    replay: Option<ReplayState>,
+}
+
+impl ChangeAssembler {
+    /// A new assembler for one replication session.
+    pub fn new(config: AssemblerConfig) -> Self {
+        ChangeAssembler {
+            decoder: PgOutputDecoder::new(config.decoder),
+            relations: RelationCache::new(config.routing, config.schema_policy),
+            messages: config.messages,
+            tx: None,
+            streams: StreamBuffers::new(config.stream_memory_limit),
+            replay: None,
+        }
+    }
+
+    /// The relation cache (e.g. to seed the schemas a snapshot delivered).
+    pub fn relations_mut(&mut self) -> &mut RelationCache {
+        &mut self.relations
+    }
+
+    /// Starts a new replication session (after a reconnect): relation ids and in-progress
+    /// transactions are forgotten, delivered schemas kept.
+    pub fn reset_session(&mut self) {
+        self.decoder = PgOutputDecoder::new(self.decoder.options());
+        self.relations.reset_session();
+        self.tx = None;
+        self.streams = StreamBuffers::new(self.streams_limit());
+        self.replay = None;
+    }
+
+    fn streams_limit(&self) -> usize {
+        // The limit is not stored separately; keep the current buffers' configuration.
+        self.streams.limit()
+    }
+
+    /// Bytes held by in-progress streamed transactions.
+    pub fn buffered_bytes(&self) -> usize {
+        self.streams.memory_used()
+    }
+
+    /// Whether a committed streamed transaction is being released: call
+    /// [`ChangeAssembler::continue_replay`] until it returns the commit end.
+    pub fn replaying(&self) -> bool {
+        self.replay.is_some()
+    }
+
+    /// Whether the assembler is inside a transaction (between Begin and Commit).
+    pub fn in_transaction(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    /// Processes one XLogData payload, appending events to `out`. Returns the end LSN of a
+    /// transaction that ended with this message (whether or not it carried events for the
+    /// sink). After a Stream Commit, `replaying()` is true and nothing is returned yet.
+    pub fn process(
+        &mut self,
+        payload: Bytes,
+        out: &mut Vec<ChangeEvent>,
+    ) -> Result<Option<Lsn>, Error> {
+        if self.replay.is_some() {
+            return Err(Error::protocol(
+                "internal: a new message arrived while a streamed transaction was being released",
+            ));
+        }
+        let raw = payload.clone();
+        let message = self
+            .decoder
+            .decode(payload)
+            .map_err(|e| Error::protocol(format!("cannot decode pgoutput message: {e}")))?;
+        if let Some(stream_xid) = self.decoder.open_stream() {
+            return self
+                .buffer_stream_message(stream_xid, message, raw)
+                .map(|()| None);
+        }
+        match message {
+            PgOutputMessage::Begin(begin) => {
+                if self.tx.is_some() {
+                    return Err(Error::protocol("Begin inside a transaction"));
+                }
+                self.tx = Some(TxState {
+                    commit_lsn: begin.final_lsn,
+                    commit_time_micros: begin.commit_timestamp,
+                    xid: begin.xid,
+                    changes: 0,
+                    begin_emitted: false,
+                });
+                Ok(None)
+            }
+            PgOutputMessage::Commit(commit) => {
+                let Some(tx) = self.tx.take() else {
+                    return Err(Error::protocol("Commit without Begin"));
+                };
+                if commit.commit_lsn != tx.commit_lsn {
+                    return Err(Error::protocol(format!(
+                        "Commit LSN {} differs from the Begin's final LSN {}",
+                        commit.commit_lsn, tx.commit_lsn
+                    )));
+                }
+                finish(tx, commit.end_lsn, commit.commit_timestamp, out);
+                Ok(Some(commit.end_lsn))
+            }
+            PgOutputMessage::StreamCommit(commit) => {
+                let entries = self.streams.take(commit.xid).map_err(spill_error)?;
+                let mut decoder = PgOutputDecoder::new(self.decoder.options());
+                enter_stream(&mut decoder, commit.xid)?;
+                self.tx = Some(TxState {
+                    commit_lsn: commit.commit_lsn,
+                    commit_time_micros: commit.commit_timestamp,
+                    xid: commit.xid,
+                    changes: 0,
+                    begin_emitted: false,
+                });
+                self.replay = Some(ReplayState {
+                    entries,
+                    decoder,
+                    end_lsn: commit.end_lsn,
+                });
+                Ok(None)
+            }
+            PgOutputMessage::StreamAbort(abort) => {
+                if abort.is_top_level() {
+                    self.streams.abort(abort.xid);
+                } else {
+                    self.streams
+                        .abort_subtransaction(abort.xid, abort.subxid)
+                        .map_err(spill_error)?;
+                }
+                Ok(None)
+            }
+            PgOutputMessage::StreamStart(_) | PgOutputMessage::StreamStop => Ok(None),
+            PgOutputMessage::BeginPrepare(_)
+            | PgOutputMessage::Prepare(_)
+            | PgOutputMessage::CommitPrepared(_)
+            | PgOutputMessage::RollbackPrepared(_)
+            | PgOutputMessage::StreamPrepare(_) => Err(Error::config(
+                "the server sent two-phase commit messages, which this version does not deliver; \
+                 start replication without the two_phase option",
+            )),
+            other => self.apply(other, out).map(|()| None),
+        }
+    }
+
+    /// Releases up to `max_events` more events of a committed streamed transaction.
+    /// Returns its end LSN once the last event (Commit) is out.
+    pub fn continue_replay(
+        &mut self,
+        out: &mut Vec<ChangeEvent>,
+        max_events: usize,
+    ) -> Result<Option<Lsn>, Error> {
+        let limit = out.len() + max_events.max(1);
+        while out.len() < limit {
+            let Some(replay) = self.replay.as_mut() else {
+                return Ok(None);
+            };
+            match replay.entries.next() {
+                Some(entry) => {
+                    let entry = entry.map_err(spill_error)?;
+                    let message = replay.decoder.decode(entry).map_err(|e| {
+                        Error::protocol(format!("cannot decode buffered stream message: {e}"))
+                    })?;
+                    self.apply(message, out)?;
+                }
+                None => {
+                    let end_lsn = replay.end_lsn;
+                    self.replay = None;
+                    let Some(tx) = self.tx.take() else {
+                        return Err(Error::protocol("internal: replay without a transaction"));
+                    };
+                    let commit_time = tx.commit_time_micros;
+                    finish(tx, end_lsn, commit_time, out);
+                    return Ok(Some(end_lsn));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn buffer_stream_message(
+        &mut self,
+        stream_xid: u32,
+        message: PgOutputMessage,
+        raw: Bytes,
+    ) -> Result<(), Error> {
+        let sub_xid = match &message {
+            PgOutputMessage::StreamStart(_) | PgOutputMessage::Origin(_) => return Ok(()),
+            PgOutputMessage::Message(m) if !m.is_transactional() => {
+                return Err(Error::protocol(
+                    "non-transactional logical message inside a stream is not expected",
+                ));
+            }
+            PgOutputMessage::Relation(m) => m.xid,
+            PgOutputMessage::Type(m) => m.xid,
+            PgOutputMessage::Insert(m) => m.xid,
+            PgOutputMessage::Update(m) => m.xid,
+            PgOutputMessage::Delete(m) => m.xid,
+            PgOutputMessage::Truncate(m) => m.xid,
+            PgOutputMessage::Message(m) => m.xid,
+            other => {
+                return Err(Error::protocol(format!(
+                    "unexpected message inside a stream: {other:?}"
+                )));
+            }
+        };
+        self.streams
+            .push(stream_xid, sub_xid.unwrap_or(stream_xid), raw)
+            .map_err(spill_error)
+    }
+
+    /// Applies a data or schema message inside (or, for non-transactional messages,
+    /// outside) a transaction.
+    fn apply(&mut self, message: PgOutputMessage, out: &mut Vec<ChangeEvent>) -> Result<(), Error> {
+        match message {
+            PgOutputMessage::Relation(relation) => {
+                if let RelationUpdate::Changed { old, new } = self.relations.register(&relation)? {
+                    let tx = self.tx_mut("Relation")?;
+                    let ordinal = 2 * (tx.changes + 1) - 1;
+                    emit(
+                        tx,
+                        out,
+                        ordinal,
+                        EventKind::SchemaChange {
+                            old: Some(old),
+                            new,
+                        },
+                    );
+                }
+                Ok(())
+            }
+            PgOutputMessage::Type(ty) => {
+                self.relations.types_mut().register_type_message(
+                    ty.type_oid,
+                    ty.schema(),
+                    &ty.name,
+                );
+                Ok(())
+            }
+            PgOutputMessage::Origin(_) => Ok(()),
+            PgOutputMessage::Insert(insert) => {
+                let ordinal = self.next_change()?;
+                let Some((schema, rel)) = self.lookup(insert.relation_id, "Insert")? else {
+                    return Ok(());
+                };
+                let position = self.position(ordinal)?;
+                let new = tuples::decode_row(&schema, &rel, &insert.new, position)?;
+                emit(
+                    self.tx_mut("Insert")?,
+                    out,
+                    ordinal,
+                    EventKind::Insert { table: schema, new },
+                );
+                Ok(())
+            }
+            PgOutputMessage::Update(update) => {
+                let ordinal = self.next_change()?;
+                let Some((schema, rel)) = self.lookup(update.relation_id, "Update")? else {
+                    return Ok(());
+                };
+                let position = self.position(ordinal)?;
+                let old = update
+                    .old
+                    .as_ref()
+                    .map(|o| old_row(&schema, &rel, o, position))
+                    .transpose()?;
+                let mut new = tuples::decode_row(&schema, &rel, &update.new, position)?;
+                if let Some(OldRow {
+                    kind: OldRowKind::Full,
+                    values,
+                }) = &old
+                {
+                    // REPLICA IDENTITY FULL logs the old row with TOASTed values inline:
+                    // an unchanged TOAST column's value is known.
+                    for (new_value, old_value) in new.iter_mut().zip(values) {
+                        if new_value.is_unchanged() && !old_value.is_unchanged() {
+                            *new_value = old_value.clone();
+                        }
+                    }
+                }
+                emit(
+                    self.tx_mut("Update")?,
+                    out,
+                    ordinal,
+                    EventKind::Update {
+                        table: schema,
+                        old,
+                        new,
+                    },
+                );
+                Ok(())
+            }
+            PgOutputMessage::Delete(delete) => {
+                let ordinal = self.next_change()?;
+                let Some((schema, rel)) = self.lookup(delete.relation_id, "Delete")? else {
+                    return Ok(());
+                };
+                let position = self.position(ordinal)?;
+                let old = old_row(&schema, &rel, &delete.old, position)?;
+                emit(
+                    self.tx_mut("Delete")?,
+                    out,
+                    ordinal,
+                    EventKind::Delete {
+                        table: schema,
+                        old: Some(old),
+                    },
+                );
+                Ok(())
+            }
+            PgOutputMessage::Truncate(truncate) => {
+                let ordinal = self.next_change()?;
+                let mut tables: Vec<SchemaRef> = Vec::new();
+                for id in &truncate.relation_ids {
+                    if let Some((schema, _)) = self.lookup(*id, "Truncate")?
+                        && !tables.iter().any(|t| t.name == schema.name)
+                    {
+                        tables.push(schema);
+                    }
+                }
+                if !tables.is_empty() {
+                    emit(
+                        self.tx_mut("Truncate")?,
+                        out,
+                        ordinal,
+                        EventKind::Truncate {
+                            tables,
+                            cascade: truncate.cascade(),
+                            restart_identity: truncate.restart_identity(),
+                        },
+                    );
+                }
+                Ok(())
+            }
+            PgOutputMessage::Message(message) => {
+                if !message.is_transactional() {
+                    if self.messages.accepts(&message.prefix) {
+                        out.push(ChangeEvent {
+                            position: Position::new(message.lsn, 0),
+                            kind: EventKind::Message {
+                                transactional: false,
+                                prefix: message.prefix,
+                                content: message.content,
+                            },
+                        });
+                    }
+                    return Ok(());
+                }
+                let ordinal = self.next_change()?;
+                if self.messages.accepts(&message.prefix) {
+                    emit(
+                        self.tx_mut("Message")?,
+                        out,
+                        ordinal,
+                        EventKind::Message {
+                            transactional: true,
+                            prefix: message.prefix,
+                            content: message.content,
+                        },
+                    );
+                }
+                Ok(())
+            }
+            other => Err(Error::protocol(format!(
+                "unexpected pgoutput message here: {other:?}"
+            ))),
+        }
+    }
+
+    fn tx_mut(&mut self, what: &str) -> Result<&mut TxState, Error> {
+        self.tx
+            .as_mut()
+            .ok_or_else(|| Error::protocol(format!("{what} message outside a transaction")))
+    }
+
+    fn next_change(&mut self) -> Result<u64, Error> {
+        let tx = self.tx_mut("change")?;
+        tx.changes += 1;
+        Ok(2 * tx.changes)
+    }
+
+    fn position(&self, ordinal: u64) -> Result<Position, Error> {
+        self.tx
+            .as_ref()
+            .map(|tx| Position::new(tx.commit_lsn, ordinal))
+            .ok_or_else(|| Error::protocol("change outside a transaction"))
+    }
+
+    /// The schema and column types of a relation; `None` for unconfigured tables; an
+    /// error when no Relation message was seen for it.
+    fn lookup(
+        &self,
+        relation_id: u32,
+        what: &str,
+    ) -> Result<Option<(SchemaRef, CachedRelation)>, Error> {
+        let Some(rel) = self.relations.get(relation_id) else {
+            return Err(Error::protocol(format!(
+                "{what} for relation id {relation_id}, but no Relation message described it in this session"
+            )));
+        };
+        Ok(rel.schema.clone().map(|s| (s, rel.clone())))
+    }
+}
+
+fn old_row(
+    schema: &SchemaRef,
+    rel: &CachedRelation,
+    old: &OldTuple,
+    position: Position,
+) -> Result<OldRow, Error> {
+    let (kind, tuple) = match old {
+        OldTuple::Key(t) => (OldRowKind::Key, t),
+        OldTuple::Full(t) => (OldRowKind::Full, t),
+    };
+    Ok(OldRow {
+        kind,
+        values: tuples::decode_row(schema, rel, tuple, position)?,
+    })
+}
+
+fn emit(tx: &mut TxState, out: &mut Vec<ChangeEvent>, ordinal: u64, kind: EventKind) {
+    if !tx.begin_emitted {
+        tx.begin_emitted = true;
+        out.push(ChangeEvent {
+            position: Position::new(tx.commit_lsn, 0),
+            kind: EventKind::Begin(TxBegin {
+                final_lsn: tx.commit_lsn,
+                commit_time_micros: tx.commit_time_micros,
+                xid: tx.xid,
+            }),
+        });
+    }
+    out.push(ChangeEvent {
+        position: Position::new(tx.commit_lsn, ordinal),
+        kind,
+    });
+}
+
+/// Emits Commit for a transaction that delivered anything; transactions with nothing for
+/// the sink only report their end LSN.
+fn finish(tx: TxState, end_lsn: Lsn, commit_time_micros: i64, out: &mut Vec<ChangeEvent>) {
+    if tx.begin_emitted {
+        out.push(ChangeEvent {
+            position: Position::new(tx.commit_lsn, 2 * (tx.changes + 1)),
+            kind: EventKind::Commit(TxCommit {
+                commit_lsn: tx.commit_lsn,
+                end_lsn,
+                commit_time_micros,
+            }),
+        });
+    }
+}
+
+fn enter_stream(decoder: &mut PgOutputDecoder, xid: u32) -> Result<(), Error> {
+    let mut buf = BytesMut::new();
+    pgoutput::encode(
+        &PgOutputMessage::StreamStart(StreamStart {
+            xid,
+            first_segment: false,
+        }),
+        &mut buf,
+    )
+    .map_err(|e| Error::protocol(format!("internal: {e}")))?;
+    decoder
+        .decode(buf.freeze())
+        .map_err(|e| Error::protocol(format!("internal: {e}")))?;
+    Ok(())
+}
+
+fn spill_error(err: std::io::Error) -> Error {
+    Error::transient(
+        "cannot buffer a large streamed transaction in a temporary file (check the temp directory's free space)",
+    )
+    .with_source(err)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,315 @@
+//! In-progress streamed transactions (pgoutput protocol v2+ `streaming`): their messages
+//! are held per transaction up to a memory bound and spilled to temporary files beyond it,
+//! until Stream Commit releases them or Stream Abort drops them (also for aborted
+//! subtransactions).
+//!
+//! Entries are raw pgoutput message payloads, exactly as received, so spilling is a plain
+//! length-prefixed append and replay decodes them again.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+
+use bytes::Bytes;
+
+/// Buffers of all in-progress streamed transactions.
+#[derive(Debug)]
+pub struct StreamBuffers {
+    memory_limit: usize,
+    memory_used: usize,
+    txs: HashMap<u32, TxBuffer>,
+}
+
+#[derive(Debug, Default)]
+struct TxBuffer {
+    /// Entries `spilled_count..` kept in memory, in order.
+    memory: Vec<Bytes>,
+    memory_bytes: usize,
+    /// Entries `0..spilled_count`, in a temporary file.
+    spill: Option<Spill>,
+    spilled_count: u64,
+    /// Subtransactions in order of their first change.
+    subxacts: Vec<SubxactStart>,
+}
+
+#[derive(Debug)]
+struct Spill {
+    writer: BufWriter<File>,
+    len: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SubxactStart {
+    subxid: u32,
+    /// Index of the subtransaction's first entry.
+    index: u64,
+    /// Byte offset of that entry in the spill file, once spilled.
+    file_offset: Option<u64>,
+}
+
+/// The entries of a committed streamed transaction, in order: spilled ones are read back
+/// from their file as the iterator advances, so memory stays bounded.
+#[derive(Debug)]
+pub struct Replay {
+    file: Option<BufReader<File>>,
+    file_remaining: u64,
+    memory: std::vec::IntoIter<Bytes>,
+}
+
+impl Iterator for Replay {
+    type Item = io::Result<Bytes>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.file_remaining > 0
+            && let Some(file) = self.file.as_mut()
+        {
+            self.file_remaining -= 1;
+            return Some(read_entry(file));
+        }
+        self.memory.next().map(Ok)
+    }
+}
+
+fn read_entry(file: &mut BufReader<File>) -> io::Result<Bytes> {
+    let mut len = [0u8; 4];
+    file.read_exact(&mut len)?;
+    let mut data = vec![0u8; u32::from_le_bytes(len) as usize];
+    file.read_exact(&mut data)?;
+    Ok(Bytes::from(data))
+}
+
+impl StreamBuffers {
+    /// Buffers that keep at most about `memory_limit` bytes in memory across all
+    /// transactions, spilling the largest transaction to disk beyond it.
+    pub fn new(memory_limit: usize) -> Self {
+        StreamBuffers {
+            memory_limit,
+            memory_used: 0,
+            txs: HashMap::new(),
+        }
+    }
+
+    /// The memory limit given at construction.
+    pub fn limit(&self) -> usize {
+        self.memory_limit
+    }
+
+    /// Bytes currently held in memory.
+    pub fn memory_used(&self) -> usize {
+        self.memory_used
+    }
+
+    /// Number of in-progress transactions.
+    pub fn len(&self) -> usize {
+        self.txs.len()
+    }
+
+    /// Whether no transaction is in progress.
+    pub fn is_empty(&self) -> bool {
+        self.txs.is_empty()
+    }
+
+    /// Appends one message of transaction `xid`; `sub_xid` is the (sub)transaction id the
+    /// message carried.
+    pub fn push(&mut self, xid: u32, sub_xid: u32, payload: Bytes) -> io::Result<()> {
+        let tx = self.txs.entry(xid).or_default();
+        let index = tx.spilled_count + tx.memory.len() as u64;
+        if sub_xid != xid && !tx.subxacts.iter().any(|s| s.subxid == sub_xid) {
+            tx.subxacts.push(SubxactStart {
+                subxid: sub_xid,
+                index,
+                file_offset: None,
+            });
+        }
+        let size = payload.len() + std::mem::size_of::<Bytes>();
+        tx.memory_bytes += size;
+        tx.memory.push(payload);
+        self.memory_used += size;
+        while self.memory_used > self.memory_limit {
+            let Some((&largest, _)) = self
+                .txs
+                .iter()
+                .filter(|(_, t)| t.memory_bytes > 0)
+                .max_by_key(|(_, t)| t.memory_bytes)
+            else {
+                break;
+            };
+            self.spill(largest)?;
+        }
+        Ok(())
+    }
+
+    fn spill(&mut self, xid: u32) -> io::Result<()> {
+        let Some(tx) = self.txs.get_mut(&xid) else {
+            return Ok(());
+        };
+        if tx.spill.is_none() {
+            tx.spill = Some(Spill {
+                writer: BufWriter::with_capacity(256 << 10, tempfile::tempfile()?),
+                len: 0,
+            });
+        }
+        let Some(spill) = tx.spill.as_mut() else {
+            return Ok(());
+        };
+        let mut written = 0u64;
+        for entry in tx.memory.drain(..) {
+            let index = tx.spilled_count + written;
+            for s in tx.subxacts.iter_mut().filter(|s| s.index == index) {
+                s.file_offset = Some(spill.len);
+            }
+            let len = u32::try_from(entry.len())
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "message over 4 GiB"))?;
+            spill.writer.write_all(&len.to_le_bytes())?;
+            spill.writer.write_all(&entry)?;
+            spill.len += 4 + entry.len() as u64;
+            written += 1;
+        }
+        tx.spilled_count += written;
+        self.memory_used -= tx.memory_bytes;
+        tx.memory_bytes = 0;
+        Ok(())
+    }
+
+    /// Drops the whole transaction `xid` (Stream Abort of the top-level transaction).
+    pub fn abort(&mut self, xid: u32) {
+        if let Some(tx) = self.txs.remove(&xid) {
+            self.memory_used -= tx.memory_bytes;
+        }
+    }
+
+    /// Drops subtransaction `sub_xid` of `xid`: its changes and everything after its first
+    /// change, as Postgres's own apply worker does.
+    pub fn abort_subtransaction(&mut self, xid: u32, sub_xid: u32) -> io::Result<()> {
+        let Some(tx) = self.txs.get_mut(&xid) else {
+            return Ok(());
+        };
+        let Some(pos) = tx.subxacts.iter().position(|s| s.subxid == sub_xid) else {
+            // A subtransaction without changes: nothing to drop.
+            return Ok(());
+        };
+        let start = tx.subxacts[pos];
+        tx.subxacts.truncate(pos);
+        if start.index >= tx.spilled_count {
+            let keep = (start.index - tx.spilled_count) as usize;
+            let dropped: usize = tx
+                .memory
+                .drain(keep..)
+                .map(|e| e.len() + std::mem::size_of::<Bytes>())
+                .sum();
+            tx.memory_bytes -= dropped;
+            self.memory_used -= dropped;
+        } else {
+            // The cut is inside the file: drop the in-memory tail and truncate the file.
+            self.memory_used -= tx.memory_bytes;
+            tx.memory.clear();
+            tx.memory_bytes = 0;
+            if let (Some(spill), Some(offset)) = (tx.spill.as_mut(), start.file_offset) {
+                spill.writer.flush()?;
+                spill.writer.get_mut().set_len(offset)?;
+                spill.writer.seek(SeekFrom::Start(offset))?;
+                spill.len = offset;
+            }
+            tx.spilled_count = start.index;
+        }
+        Ok(())
+    }
+
+    /// Removes transaction `xid` and returns its entries in order (empty if unknown).
+    pub fn take(&mut self, xid: u32) -> io::Result<Replay> {
+        let Some(tx) = self.txs.remove(&xid) else {
+            return Ok(Replay {
+                file: None,
+                file_remaining: 0,
+                memory: Vec::new().into_iter(),
+            });
+        };
+        self.memory_used -= tx.memory_bytes;
+        let file = match tx.spill {
+            Some(spill) => {
+                let mut file = spill.writer.into_inner().map_err(|e| e.into_error())?;
+                file.seek(SeekFrom::Start(0))?;
+                Some(BufReader::with_capacity(256 << 10, file))
+            }
+            None => None,
+        };
+        Ok(Replay {
+            file,
+            file_remaining: tx.spilled_count,
+            memory: tx.memory.into_iter(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(n: u32) -> Bytes {
+        Bytes::from(n.to_le_bytes().repeat(8))
+    }
+
+    fn collect(replay: Replay) -> Vec<u32> {
+        replay
+            .map(|e| {
+                let e = e.unwrap();
+                u32::from_le_bytes([e[0], e[1], e[2], e[3]])
+            })
+            .collect()
+    }
+
+    #[test]
+    fn keeps_order_across_spills_and_stays_under_the_limit() {
+        let mut buffers = StreamBuffers::new(500);
+        for n in 0..1000 {
+            buffers.push(1, 1, entry(n)).unwrap();
+            buffers.push(2, 2, entry(n + 5000)).unwrap();
+            assert!(buffers.memory_used() <= 500 + 32 + 8 * 4);
+        }
+        assert_eq!(
+            collect(buffers.take(1).unwrap()),
+            (0..1000).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            collect(buffers.take(2).unwrap()),
+            (5000..6000).collect::<Vec<_>>()
+        );
+        assert_eq!(buffers.memory_used(), 0);
+        assert!(buffers.is_empty());
+    }
+
+    #[test]
+    fn subtransaction_abort_drops_it_and_what_follows_in_memory_and_on_disk() {
+        for limit in [usize::MAX, 200] {
+            let mut buffers = StreamBuffers::new(limit);
+            for n in 0..10 {
+                buffers.push(1, 1, entry(n)).unwrap();
+            }
+            for n in 10..20 {
+                buffers.push(1, 7, entry(n)).unwrap();
+            }
+            for n in 20..25 {
+                buffers.push(1, 8, entry(n)).unwrap();
+            }
+            buffers.abort_subtransaction(1, 8).unwrap();
+            buffers.abort_subtransaction(1, 99).unwrap();
+            buffers.push(1, 1, entry(30)).unwrap();
+            buffers.abort_subtransaction(1, 7).unwrap();
+            buffers.push(1, 1, entry(31)).unwrap();
+            let mut expected: Vec<u32> = (0..10).collect();
+            expected.push(31);
+            assert_eq!(collect(buffers.take(1).unwrap()), expected, "limit {limit}");
+        }
+    }
+
+    #[test]
+    fn abort_drops_everything() {
+        let mut buffers = StreamBuffers::new(100);
+        for n in 0..50 {
+            buffers.push(3, 3, entry(n)).unwrap();
+        }
+        buffers.abort(3);
+        assert_eq!(buffers.memory_used(), 0);
+        assert!(collect(buffers.take(3).unwrap()).is_empty());
+    }
+}

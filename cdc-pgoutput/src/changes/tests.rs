@@ -1,0 +1,419 @@
+//! Assembler tests over messages built with the pgoutput encoder.
+
+use bytes::{Bytes, BytesMut};
+use cdc_core::{ChangeEvent, EventKind, Lsn, OldRowKind, Position, TableName, Text, Value};
+
+use super::*;
+use crate::protocol::pgoutput::{
+    Begin, ColumnValue, Commit, Delete, Insert, LogicalMessage, OldTuple, ProtocolVersion,
+    Relation, RelationColumn, ReplicaIdentity, StreamAbort, StreamCommit, Truncate, TupleData,
+    Update,
+};
+
+fn encode(message: PgOutputMessage) -> Bytes {
+    let mut buf = BytesMut::new();
+    pgoutput::encode(&message, &mut buf).unwrap();
+    buf.freeze()
+}
+
+fn relation(id: u32, name: &str, columns: &[(&str, u32)], xid: Option<u32>) -> PgOutputMessage {
+    PgOutputMessage::Relation(Relation {
+        xid,
+        relation_id: id,
+        namespace: "public".into(),
+        name: name.into(),
+        replica_identity: ReplicaIdentity::Default,
+        columns: columns
+            .iter()
+            .enumerate()
+            .map(|(i, (n, oid))| RelationColumn {
+                flags: u8::from(i == 0),
+                name: (*n).into(),
+                type_oid: *oid,
+                type_modifier: -1,
+            })
+            .collect(),
+    })
+}
+
+fn text(s: &str) -> ColumnValue {
+    ColumnValue::Text(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+fn tuple(values: Vec<ColumnValue>) -> TupleData {
+    TupleData::new(values)
+}
+
+fn begin(lsn: u64) -> PgOutputMessage {
+    PgOutputMessage::Begin(Begin {
+        final_lsn: Lsn(lsn),
+        commit_timestamp: 42,
+        xid: 7,
+    })
+}
+
+fn commit(lsn: u64) -> PgOutputMessage {
+    PgOutputMessage::Commit(Commit {
+        flags: 0,
+        commit_lsn: Lsn(lsn),
+        end_lsn: Lsn(lsn + 8),
+        commit_timestamp: 42,
+    })
+}
+
+fn insert(rel: u32, values: Vec<ColumnValue>, xid: Option<u32>) -> PgOutputMessage {
+    PgOutputMessage::Insert(Insert {
+        xid,
+        relation_id: rel,
+        new: tuple(values),
+    })
+}
+
+fn assembler(version: ProtocolVersion, policy: SchemaChangePolicy) -> ChangeAssembler {
+    ChangeAssembler::new(AssemblerConfig {
+        decoder: DecoderOptions::new(version),
+        routing: TableRouting::tables([TableName::new("public", "t")]),
+        schema_policy: policy,
+        messages: MessageFilter::All,
+        stream_memory_limit: 256,
+    })
+}
+
+fn feed(a: &mut ChangeAssembler, messages: Vec<PgOutputMessage>) -> (Vec<ChangeEvent>, Vec<Lsn>) {
+    let mut out = Vec::new();
+    let mut ends = Vec::new();
+    for m in messages {
+        if let Some(end) = a.process(encode(m), &mut out).unwrap() {
+            ends.push(end);
+        }
+        while a.replaying() {
+            if let Some(end) = a.continue_replay(&mut out, 3).unwrap() {
+                ends.push(end);
+            }
+        }
+    }
+    (out, ends)
+}
+
+fn positions(events: &[ChangeEvent]) -> Vec<(u64, u64)> {
+    events
+        .iter()
+        .map(|e| (e.position.commit_lsn.0, e.position.ordinal))
+        .collect()
+}
+
+#[test]
+fn insert_update_delete_with_positions_and_toast_fill() {
+    let mut a = assembler(ProtocolVersion::V1, SchemaChangePolicy::Fail);
+    let (events, ends) = feed(
+        &mut a,
+        vec![
+            begin(100),
+            relation(1, "t", &[("id", 23), ("body", 25)], None),
+            insert(1, vec![text("1"), text("hello")], None),
+            PgOutputMessage::Update(Update {
+                xid: None,
+                relation_id: 1,
+                old: Some(OldTuple::Full(tuple(vec![text("1"), text("hello")]))),
+                new: tuple(vec![text("2"), ColumnValue::UnchangedToast]),
+            }),
+            PgOutputMessage::Delete(Delete {
+                xid: None,
+                relation_id: 1,
+                old: OldTuple::Key(tuple(vec![text("2"), ColumnValue::Null])),
+            }),
+            commit(100),
+        ],
+    );
+    assert_eq!(ends, vec![Lsn(108)]);
+    assert_eq!(
+        positions(&events),
+        vec![(100, 0), (100, 2), (100, 4), (100, 6), (100, 8)]
+    );
+    match &events[2].kind {
+        EventKind::Update { new, old, .. } => {
+            assert_eq!(
+                new[1],
+                Value::Text(Text::from("hello")),
+                "filled from the full old row"
+            );
+            assert_eq!(old.as_ref().unwrap().kind, OldRowKind::Full);
+        }
+        other => panic!("{other:?}"),
+    }
+    match &events[3].kind {
+        EventKind::Delete { old, .. } => {
+            let old = old.as_ref().unwrap();
+            assert_eq!(old.kind, OldRowKind::Key);
+            assert_eq!(old.values[0], Value::Int4(2));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn unchanged_toast_without_full_old_row_stays_unchanged() {
+    let mut a = assembler(ProtocolVersion::V1, SchemaChangePolicy::Fail);
+    let (events, _) = feed(
+        &mut a,
+        vec![
+            begin(100),
+            relation(1, "t", &[("id", 23), ("body", 25)], None),
+            PgOutputMessage::Update(Update {
+                xid: None,
+                relation_id: 1,
+                old: None,
+                new: tuple(vec![text("2"), ColumnValue::UnchangedToast]),
+            }),
+            commit(100),
+        ],
+    );
+    match &events[1].kind {
+        EventKind::Update { new, old, .. } => {
+            assert!(old.is_none());
+            assert_eq!(new[1], Value::Unchanged);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn unconfigured_tables_count_in_ordinals_but_are_not_delivered() {
+    let mut a = assembler(ProtocolVersion::V1, SchemaChangePolicy::Fail);
+    let (events, ends) = feed(
+        &mut a,
+        vec![
+            begin(100),
+            relation(1, "t", &[("id", 23)], None),
+            relation(2, "other", &[("id", 23)], None),
+            insert(2, vec![text("1")], None),
+            insert(1, vec![text("1")], None),
+            commit(100),
+            begin(200),
+            insert(2, vec![text("2")], None),
+            commit(200),
+        ],
+    );
+    assert_eq!(positions(&events), vec![(100, 0), (100, 4), (100, 6)]);
+    assert_eq!(
+        ends,
+        vec![Lsn(108), Lsn(208)],
+        "the empty transaction still reports its end"
+    );
+}
+
+#[test]
+fn change_for_unknown_relation_is_an_error() {
+    let mut a = assembler(ProtocolVersion::V1, SchemaChangePolicy::Fail);
+    let mut out = Vec::new();
+    a.process(encode(begin(1)), &mut out).unwrap();
+    let err = a
+        .process(encode(insert(9, vec![text("1")], None)), &mut out)
+        .unwrap_err();
+    assert!(err.to_string().contains("no Relation message"), "{err}");
+}
+
+#[test]
+fn column_count_mismatch_is_an_error() {
+    let mut a = assembler(ProtocolVersion::V1, SchemaChangePolicy::Fail);
+    let mut out = Vec::new();
+    a.process(encode(begin(1)), &mut out).unwrap();
+    a.process(encode(relation(1, "t", &[("id", 23)], None)), &mut out)
+        .unwrap();
+    let err = a
+        .process(
+            encode(insert(1, vec![text("1"), text("2")], None)),
+            &mut out,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("has 2 columns"), "{err}");
+}
+
+#[test]
+fn bad_value_names_table_column_and_position() {
+    let mut a = assembler(ProtocolVersion::V1, SchemaChangePolicy::Fail);
+    let mut out = Vec::new();
+    a.process(encode(begin(1)), &mut out).unwrap();
+    a.process(encode(relation(1, "t", &[("id", 23)], None)), &mut out)
+        .unwrap();
+    let err = a
+        .process(encode(insert(1, vec![text("x")], None)), &mut out)
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("\"id\"") && msg.contains("public.t") && msg.contains("0/1#2"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn schema_change_fails_before_any_row_under_the_new_schema() {
+    let mut a = assembler(ProtocolVersion::V1, SchemaChangePolicy::Fail);
+    let mut out = Vec::new();
+    for m in [
+        begin(1),
+        relation(1, "t", &[("id", 23)], None),
+        insert(1, vec![text("1")], None),
+    ] {
+        a.process(encode(m), &mut out).unwrap();
+    }
+    let before = out.len();
+    let err = a
+        .process(
+            encode(relation(1, "t", &[("id", 23), ("x", 25)], None)),
+            &mut out,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("column \"x\" added"), "{err}");
+    assert_eq!(out.len(), before);
+}
+
+#[test]
+fn schema_change_evolves_with_an_event_before_the_row() {
+    let mut a = assembler(ProtocolVersion::V1, SchemaChangePolicy::Evolve);
+    let (events, _) = feed(
+        &mut a,
+        vec![
+            begin(1),
+            relation(1, "t", &[("id", 23)], None),
+            insert(1, vec![text("1")], None),
+            relation(1, "t", &[("id", 23), ("x", 25)], None),
+            insert(1, vec![text("2"), text("new")], None),
+            commit(1),
+        ],
+    );
+    assert_eq!(
+        positions(&events),
+        vec![(1, 0), (1, 2), (1, 3), (1, 4), (1, 6)]
+    );
+    assert!(matches!(events[2].kind, EventKind::SchemaChange { .. }));
+}
+
+#[test]
+fn truncate_of_two_tables_is_one_event() {
+    let mut a = ChangeAssembler::new(AssemblerConfig {
+        decoder: DecoderOptions::new(ProtocolVersion::V1),
+        routing: TableRouting::all(),
+        schema_policy: SchemaChangePolicy::Fail,
+        messages: MessageFilter::Off,
+        stream_memory_limit: 1 << 20,
+    });
+    let (events, _) = feed(
+        &mut a,
+        vec![
+            begin(5),
+            relation(1, "a", &[("id", 23)], None),
+            relation(2, "b", &[("id", 23)], None),
+            PgOutputMessage::Truncate(Truncate {
+                xid: None,
+                options: Truncate::CASCADE,
+                relation_ids: vec![1, 2],
+            }),
+            commit(5),
+        ],
+    );
+    match &events[1].kind {
+        EventKind::Truncate {
+            tables,
+            cascade,
+            restart_identity,
+        } => {
+            assert_eq!(tables.len(), 2);
+            assert!(*cascade && !*restart_identity);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn logical_messages_transactional_and_not() {
+    let mut a = assembler(ProtocolVersion::V1, SchemaChangePolicy::Fail);
+    let (events, _) = feed(
+        &mut a,
+        vec![
+            PgOutputMessage::Message(LogicalMessage {
+                xid: None,
+                flags: 0,
+                lsn: Lsn(50),
+                prefix: "hb".into(),
+                content: Bytes::from_static(b"x"),
+            }),
+            begin(60),
+            PgOutputMessage::Message(LogicalMessage {
+                xid: None,
+                flags: LogicalMessage::TRANSACTIONAL,
+                lsn: Lsn(55),
+                prefix: "audit".into(),
+                content: Bytes::from_static(b"y"),
+            }),
+            commit(60),
+        ],
+    );
+    assert_eq!(positions(&events), vec![(50, 0), (60, 0), (60, 2), (60, 4)]);
+}
+
+fn stream_start(xid: u32, first: bool) -> PgOutputMessage {
+    PgOutputMessage::StreamStart(crate::protocol::pgoutput::StreamStart {
+        xid,
+        first_segment: first,
+    })
+}
+
+#[test]
+fn streamed_transaction_with_aborted_subtransaction_spills_and_releases_in_order() {
+    let mut a = assembler(ProtocolVersion::V2, SchemaChangePolicy::Fail);
+    let mut messages = vec![
+        stream_start(900, true),
+        relation(1, "t", &[("id", 23)], Some(900)),
+    ];
+    for i in 0..40 {
+        messages.push(insert(1, vec![text(&i.to_string())], Some(900)));
+    }
+    messages.push(PgOutputMessage::StreamStop);
+    messages.push(stream_start(900, false));
+    for i in 40..50 {
+        messages.push(insert(1, vec![text(&i.to_string())], Some(901)));
+    }
+    messages.push(PgOutputMessage::StreamStop);
+    messages.push(PgOutputMessage::StreamAbort(StreamAbort {
+        xid: 900,
+        subxid: 901,
+        abort: None,
+    }));
+    // Another streamed transaction that aborts entirely.
+    messages.push(stream_start(950, true));
+    messages.push(relation(1, "t", &[("id", 23)], Some(950)));
+    messages.push(insert(1, vec![text("999")], Some(950)));
+    messages.push(PgOutputMessage::StreamStop);
+    messages.push(PgOutputMessage::StreamAbort(StreamAbort {
+        xid: 950,
+        subxid: 950,
+        abort: None,
+    }));
+    messages.push(PgOutputMessage::StreamCommit(StreamCommit {
+        xid: 900,
+        flags: 0,
+        commit_lsn: Lsn(1000),
+        end_lsn: Lsn(1010),
+        commit_timestamp: 1,
+    }));
+    let (events, ends) = feed(&mut a, messages);
+    assert_eq!(ends, vec![Lsn(1010)]);
+    let ids: Vec<Value> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Insert { new, .. } => Some(new[0].clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, (0..40).map(Value::Int4).collect::<Vec<_>>());
+    assert_eq!(
+        events.first().unwrap().position,
+        Position::new(Lsn(1000), 0)
+    );
+    assert_eq!(
+        events.last().unwrap().position,
+        Position::new(Lsn(1000), 82)
+    );
+    assert_eq!(a.buffered_bytes(), 0);
+}

@@ -1,0 +1,227 @@
+//! What happens at start: preflight, identity and resume checks, and the choice between
+//! resuming the stream, redoing an interrupted snapshot, and creating the slot.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use cdc_core::{Error, Lsn, Result, ResumeToken, TableName};
+
+use super::catalog::{self, CatalogTable};
+use super::snapshot_phase::SnapshotPhase;
+use super::{Pending, PgSource, Phase};
+use crate::changes::{ChangeAssembler, TableRouting};
+use crate::conn::{
+    CreateSlotOptions, PgOutputOptions, PreflightOptions, ReplicationConnection, SnapshotAction,
+    SnapshotMode, check_resume, connect_sql, preflight,
+};
+use crate::protocol::pgoutput::ProtocolVersion;
+use crate::snapshot::copy;
+use crate::types::TypeRegistry;
+
+/// Routes the configured tables (and their partitions) to themselves.
+pub(super) fn routing(tables: &[CatalogTable]) -> TableRouting {
+    let mut routing = TableRouting::tables(tables.iter().map(|t| t.schema.name.clone()));
+    for table in tables {
+        for partition in &table.partitions {
+            routing = routing.with_partition(partition.clone(), table.schema.name.clone());
+        }
+        routing = routing.with_catalog(table.schema.name.clone(), catalog::catalog_info(table));
+    }
+    routing
+}
+
+pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Lsn> {
+    let config = source.options.config.clone();
+    config.validate()?;
+    let mid_snapshot = resume.is_some_and(|t| t.snapshot.is_some());
+    let sql = connect_sql(&config.connection).await?;
+    let report = preflight(
+        &sql,
+        &config,
+        &PreflightOptions {
+            slot_must_exist: resume.is_some() && !mid_snapshot,
+            own_pid: None,
+        },
+    )
+    .await?
+    .into_result()?;
+    source.server_version = report.server_version_num;
+    let table_names: Vec<TableName> = if config.tables.is_empty() {
+        report.table_names()
+    } else {
+        config.qualified_tables()?
+    };
+    let mut types = TypeRegistry::new();
+    let tables = catalog::load_tables(&sql, &table_names, &mut types).await?;
+    source.tables = Arc::new(tables);
+
+    let mut repl = ReplicationConnection::connect(&config.connection).await?;
+    let system = repl.identify_system().await?;
+    let database = system
+        .dbname
+        .clone()
+        .unwrap_or_else(|| config.connection.dbname.clone());
+    let identity = system.identity(&database, &source.slot);
+    if let Some(token) = resume {
+        check_resume(&token.source, &identity)?;
+    }
+    source.identity = Some(identity);
+
+    let streaming = source.options.streaming;
+    let pgoutput = PgOutputOptions {
+        publication_names: vec![config.publication.clone()],
+        binary: source.options.binary && source.server_version >= 140000,
+        messages: source.options.messages != crate::changes::MessageFilter::Off,
+        streaming,
+        two_phase: false,
+    };
+    let version_number = pgoutput.protocol_version(source.server_version)?;
+    let version = ProtocolVersion::from_number(version_number).unwrap_or(ProtocolVersion::V1);
+    source.pgoutput = Some(pgoutput);
+    let mut assembler = ChangeAssembler::new(source.assembler_config(version));
+    let registry = assembler.relations_mut().types_mut();
+    *registry = types;
+    source.assembler = Some(assembler);
+
+    let slot_info = report.slot.clone();
+    let wants_snapshot = source.options.snapshot_only || config.snapshot == SnapshotMode::Initial;
+    match (resume, slot_info) {
+        (Some(token), Some(slot)) if token.snapshot.is_none() => {
+            // Resume. A slot confirmed beyond what the token covers has moved past changes
+            // the sink does not have (completion mode's window, or another consumer).
+            let covered = token.commit_end.unwrap_or(Lsn::ZERO);
+            let confirmed = slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
+            if confirmed > covered {
+                return Err(Error::resync_required(format!(
+                    "replication slot {:?} is confirmed up to {confirmed}, but the sink's resume token only covers changes up to {covered}: \
+                     the changes in between were acknowledged without reaching the sink's durable state (commit mode `completion` after a crash, \
+                     or another consumer of the slot). Start over with a new snapshot",
+                    source.slot
+                )));
+            }
+            source.covered_position = token.position;
+            source.covered_end = token.commit_end;
+            source.queued_upto = token.position;
+            source.confirmed = confirmed;
+            start_streaming(source, repl, confirmed.max(covered)).await?;
+            Ok(confirmed)
+        }
+        (Some(_), None) => Err(Error::resync_required(format!(
+            "replication slot {:?} does not exist, but the sink's resume token expects it: \
+             the changes since the token cannot be recovered; start over with a new snapshot",
+            source.slot
+        ))),
+        (resume, slot) => {
+            // Fresh start, or an interrupted snapshot to redo. The sink has nothing durable
+            // from this slot beyond an incomplete snapshot, so an existing slot is replaced.
+            if slot.is_some() && (wants_snapshot || resume.is_some()) {
+                tracing::warn!(slot = %source.slot, "dropping the existing slot to take a new snapshot");
+                repl.drop_slot(&source.slot, true).await?;
+            } else if let Some(slot) = slot {
+                // snapshot = never and no token: stream from where the slot is.
+                let confirmed = slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
+                source.confirmed = confirmed;
+                start_streaming(source, repl, confirmed).await?;
+                return Ok(confirmed);
+            }
+            let created = repl
+                .create_slot(
+                    &source.slot,
+                    CreateSlotOptions {
+                        temporary: source.options.snapshot_only,
+                        snapshot: if wants_snapshot {
+                            SnapshotAction::Export
+                        } else {
+                            SnapshotAction::NoExport
+                        },
+                        two_phase: false,
+                    },
+                )
+                .await?;
+            let consistent_point = created.consistent_point;
+            source.confirmed = consistent_point;
+            if let Some(token) = resume {
+                // Positions of the new snapshot must order after everything the token saw.
+                source.covered_position = token.position;
+            }
+            if !wants_snapshot {
+                start_streaming(source, repl, consistent_point).await?;
+                return Ok(consistent_point);
+            }
+            let Some(snapshot_name) = created.snapshot_name else {
+                return Err(Error::protocol(
+                    "CREATE_REPLICATION_SLOT did not export a snapshot",
+                ));
+            };
+            let items = copy::plan(
+                &source.tables,
+                source.options.snapshot_chunk_pages,
+                source.options.snapshot_workers > 1 && source.server_version >= 140000,
+            );
+            let per_table = copy::items_per_table(&items, source.tables.len());
+            let (rx, workers) = copy::spawn_workers(
+                config.connection.clone(),
+                snapshot_name,
+                source.tables.clone(),
+                items,
+                source.options.snapshot_workers,
+                2 * source.options.snapshot_workers.max(1),
+            );
+            let mut out = VecDeque::new();
+            let phase = SnapshotPhase::new(
+                rx,
+                workers,
+                source.tables.clone(),
+                per_table,
+                consistent_point,
+                resume.is_some(),
+                &mut out,
+            );
+            source.pending.extend(out.into_iter().map(Pending::Event));
+            // The exported snapshot lives as long as this session stays idle: keep it
+            // open, unused, until the copy is done.
+            source.parked = Some(repl);
+            source.phase = Phase::Snapshot(Box::new(phase));
+            if let Some(assembler) = source.assembler.as_mut() {
+                for table in source.tables.iter() {
+                    assembler
+                        .relations_mut()
+                        .seed_delivered(table.schema.clone());
+                }
+            }
+            Ok(consistent_point)
+        }
+    }
+}
+
+/// After the snapshot: stream from the consistent point, or end (`snapshot_only`).
+pub(super) async fn after_snapshot(source: &mut PgSource) -> Result<()> {
+    let Some(repl) = source.parked.take() else {
+        source.phase = Phase::Ended;
+        return Ok(());
+    };
+    if source.options.snapshot_only {
+        repl.close().await;
+        source.phase = Phase::Ended;
+        return Ok(());
+    }
+    let start = source.confirmed;
+    start_streaming(source, repl, start).await
+}
+
+async fn start_streaming(
+    source: &mut PgSource,
+    repl: ReplicationConnection,
+    start: Lsn,
+) -> Result<()> {
+    let Some(pgoutput) = source.pgoutput.clone() else {
+        return Err(Error::protocol("internal: streaming before start"));
+    };
+    let stream = repl
+        .start_replication(&source.slot, start, &pgoutput, source.options.stream)
+        .await?;
+    stream.set_flushed(source.confirmed);
+    source.stream = Some(stream);
+    source.phase = Phase::Streaming;
+    Ok(())
+}

@@ -1,0 +1,160 @@
+//! Shared helpers of the PgSource integration tests: a cluster, a pipeline into the
+//! in-memory sink, and the oracle (`SELECT` through Postgres's own text output).
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use cdc_core::{Pipeline, PipelineConfig, RunSummary, ShutdownHandle, TableName};
+use cdc_pgoutput::conn::SourceConfig;
+use cdc_pgoutput::source::{PgSource, PgSourceOptions};
+use cdc_sinks::memory::MemoryHandle;
+use cdc_testkit::Cluster;
+
+/// Source options for `tables` of publication `pub` on `cluster`'s `postgres` database.
+pub fn options(cluster: &Cluster, tables: &[&str]) -> PgSourceOptions {
+    let uri = cluster.uri("postgres", "postgres", None);
+    let config = SourceConfig::new(&uri, "pub")
+        .unwrap()
+        .with_tables(tables.iter().copied())
+        .unwrap();
+    let mut options = PgSourceOptions::new(config);
+    options.config.batch.max_latency = Duration::from_millis(20);
+    options.progress_interval = Duration::from_millis(200);
+    options
+}
+
+/// A pipeline config with a short checkpoint interval.
+pub fn pipeline_config() -> PipelineConfig {
+    PipelineConfig {
+        checkpoint_interval: Duration::from_millis(100),
+        ..PipelineConfig::default()
+    }
+}
+
+/// A running pipeline.
+pub struct Running {
+    pub shutdown: ShutdownHandle,
+    pub task: tokio::task::JoinHandle<cdc_core::Result<RunSummary>>,
+}
+
+/// Starts a pipeline from `options` into the memory sink `handle`.
+pub fn spawn(options: PgSourceOptions, handle: &MemoryHandle) -> Running {
+    let pipeline = Pipeline::new(PgSource::new(options), handle.sink(), pipeline_config());
+    let shutdown = pipeline.shutdown_handle();
+    let task = tokio::spawn(pipeline.run());
+    Running { shutdown, task }
+}
+
+impl Running {
+    /// Graceful shutdown; returns the summary.
+    pub async fn stop(self) -> RunSummary {
+        self.shutdown.shutdown();
+        tokio::time::timeout(Duration::from_secs(60), self.task)
+            .await
+            .expect("pipeline did not stop within 60 s")
+            .expect("pipeline task panicked")
+            .expect("pipeline failed")
+    }
+}
+
+/// `SELECT *` of `table` through Postgres's text output, sorted.
+pub async fn select_text(cluster: &Cluster, table: &str) -> Vec<Vec<Option<String>>> {
+    let client = cluster.connect("postgres").await.unwrap();
+    client
+        .batch_execute(
+            "SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'postgres'; \
+             SET extra_float_digits = 1; SET bytea_output = 'hex'",
+        )
+        .await
+        .unwrap();
+    let name = TableName::parse(table).unwrap();
+    let columns = client
+        .query(
+            "SELECT a.attname::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped \
+             ORDER BY a.attnum",
+            &[&name.schema, &name.name],
+        )
+        .await
+        .unwrap();
+    let list: Vec<String> = columns
+        .iter()
+        .map(|r| format!("{}::text", cdc_core::quote_identifier(r.get::<_, &str>(0))))
+        .collect();
+    let rows = client
+        .query(&format!("SELECT {} FROM {name}", list.join(", ")), &[])
+        .await
+        .unwrap();
+    let mut out: Vec<Vec<Option<String>>> = rows
+        .iter()
+        .map(|r| {
+            (0..list.len())
+                .map(|i| r.get::<_, Option<String>>(i))
+                .collect()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The memory sink's rows of `table` through our own text rendering, sorted.
+pub fn sink_text(handle: &MemoryHandle, table: &str) -> Vec<Vec<Option<String>>> {
+    let mut rows = handle.rows_text(&TableName::parse(table).unwrap());
+    rows.sort();
+    rows
+}
+
+/// Waits until the sink's rows of every table equal `SELECT *`; panics with the
+/// difference after `timeout`.
+pub async fn wait_for_equal(
+    cluster: &Cluster,
+    handle: &MemoryHandle,
+    tables: &[&str],
+    timeout: Duration,
+) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut all_equal = true;
+        let mut report = String::new();
+        for table in tables {
+            let expected = select_text(cluster, table).await;
+            let actual = sink_text(handle, table);
+            if expected != actual {
+                all_equal = false;
+                report.push_str(&format!(
+                    "{table}: sink has {} rows, source {}\n",
+                    actual.len(),
+                    expected.len()
+                ));
+                if let Some(first) = expected.iter().find(|r| !actual.contains(r)) {
+                    report.push_str(&format!("  first missing in sink: {first:?}\n"));
+                }
+                if let Some(first) = actual.iter().find(|r| !expected.contains(r)) {
+                    report.push_str(&format!("  first extra in sink: {first:?}\n"));
+                }
+            }
+        }
+        if all_equal {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!("sink never matched SELECT *:\n{report}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The slot's `confirmed_flush_lsn`.
+pub async fn confirmed_flush(cluster: &Cluster, slot: &str) -> Option<cdc_core::Lsn> {
+    let client = cluster.connect("postgres").await.unwrap();
+    let row = client
+        .query_opt(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .unwrap()?;
+    row.get::<_, Option<String>>(0).map(|s| s.parse().unwrap())
+}
