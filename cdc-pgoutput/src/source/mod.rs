@@ -304,7 +304,21 @@ impl PgSource {
 #[async_trait]
 impl Source for PgSource {
     async fn start(&mut self, resume: Option<&ResumeToken>) -> Result<Lsn> {
-        start::start(self, resume).await
+        // A previous consumer's walsender may still hold the slot for a moment, the server
+        // may be restarting: transient failures are retried like a lost connection.
+        let policy = self.options.reconnect;
+        let mut attempt = 0;
+        loop {
+            match start::start(self, resume).await {
+                Ok(lsn) => return Ok(lsn),
+                Err(e) if e.is_transient() && policy.max_attempts.is_none_or(|m| attempt < m) => {
+                    tracing::warn!(attempt, error = %e, "cannot start yet; retrying");
+                    tokio::time::sleep(policy.delay(attempt)).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     async fn next_batch(&mut self) -> Result<Option<ChangeBatch>> {
