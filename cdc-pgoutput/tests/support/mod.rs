@@ -158,3 +158,18 @@ pub async fn confirmed_flush(cluster: &Cluster, slot: &str) -> Option<cdc_core::
         .unwrap()?;
     row.get::<_, Option<String>>(0).map(|s| s.parse().unwrap())
 }
+
+/// Waits until the sink has seen the snapshot's Completed marker (streaming has begun).
+pub async fn wait_snapshot_completed(handle: &MemoryHandle) {
+    let done = handle
+        .wait_until(Duration::from_secs(60), |h| {
+            h.changes().iter().any(|e| {
+                matches!(
+                    e.kind,
+                    cdc_core::EventKind::Snapshot(cdc_core::SnapshotMarker::Completed { .. })
+                )
+            })
+        })
+        .await;
+    assert!(done, "the snapshot did not complete within 60 s");
+}
