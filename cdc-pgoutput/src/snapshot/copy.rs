@@ -20,7 +20,7 @@ use tokio_postgres::Client;
 use super::copy_binary::CopyBinaryDecoder;
 use crate::conn::error::{Activity, from_tokio_postgres};
 use crate::conn::{ConnectionConfig, connect_sql};
-use crate::source::catalog::CatalogTable;
+use crate::source::catalog::{CatalogTable, decodes_from_binary};
 use crate::types::{self, TypeInfo};
 
 /// Rows sent to the consumer per message.
@@ -109,11 +109,20 @@ pub fn items_per_table(items: &[WorkItem], tables: usize) -> Vec<usize> {
 
 /// The COPY statement for one item.
 pub fn copy_statement(table: &CatalogTable, item: &WorkItem) -> String {
+    // Types without a binary decoder are read as their text output (the binary form of
+    // `text` is its UTF-8 bytes), so the snapshot carries their exact Postgres text.
     let columns: Vec<String> = table
         .schema
         .columns
         .iter()
-        .map(|c| quote_identifier(&c.name))
+        .zip(&table.column_types)
+        .map(|(c, ty)| {
+            if decodes_from_binary(ty) {
+                quote_identifier(&c.name)
+            } else {
+                format!("{}::text", quote_identifier(&c.name))
+            }
+        })
         .collect();
     let mut select = format!(
         "SELECT {} FROM ONLY {}",
@@ -275,7 +284,12 @@ fn decode_fields(
     for (index, (field, ty)) in fields.into_iter().zip(types).enumerate() {
         row.push(match field {
             None => Value::Null,
-            Some(bytes) => types::decode_binary(ty, &bytes).map_err(|e| {
+            Some(bytes) => if decodes_from_binary(ty) {
+                types::decode_binary(ty, &bytes)
+            } else {
+                types::decode_text(ty, &bytes)
+            }
+            .map_err(|e| {
                 let column = table
                     .schema
                     .columns

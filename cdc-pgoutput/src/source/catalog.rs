@@ -12,7 +12,7 @@ use tokio_postgres::Client;
 
 use crate::changes::TableCatalogInfo;
 use crate::conn::error::{Activity, from_tokio_postgres};
-use crate::types::{TypeDef, TypeInfo, TypeRegistry};
+use crate::types::{ScalarKind, TypeDef, TypeInfo, TypeRegistry};
 
 /// One configured table as the catalog describes it.
 #[derive(Clone, Debug)]
@@ -164,6 +164,23 @@ pub async fn load_tables(
         });
     }
     Ok(out)
+}
+
+/// Whether values of `ty` decode from the binary format into their own `Value` variant.
+/// Types kept as `Value::Other` (ranges, network, geometric, …) only have an exact text
+/// form we can pass on in text format, so they are read as text.
+pub fn decodes_from_binary(ty: &TypeInfo) -> bool {
+    match ty.array_element() {
+        Some(element) => decodes_from_binary(element),
+        None => !matches!(ty.scalar_kind(), Some(ScalarKind::Other) | None),
+    }
+}
+
+impl CatalogTable {
+    /// Whether every column decodes from binary (see [`decodes_from_binary`]).
+    pub fn binary_safe(&self) -> bool {
+        self.column_types.iter().all(decodes_from_binary)
+    }
 }
 
 /// The facts the relation cache needs for `table`.

@@ -21,7 +21,9 @@ pub struct PgSourceOptions {
     /// Streaming of large in-progress transactions (protocol v2, opt-in). Off: a large
     /// transaction's events still flow out in bounded batches as they arrive.
     pub streaming: Streaming,
-    /// Ask for binary tuple values (PostgreSQL 14+; default on).
+    /// Ask for binary tuple values (PostgreSQL 14+; default on). Used only when every
+    /// configured column's type decodes from binary; otherwise the session uses text, so
+    /// types without a dedicated `Value` variant keep their exact Postgres text.
     pub binary: bool,
     /// Memory for buffered in-progress streamed transactions before they spill to disk.
     pub stream_memory_limit: usize,

@@ -70,7 +70,11 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
     let streaming = source.options.streaming;
     let pgoutput = PgOutputOptions {
         publication_names: vec![config.publication.clone()],
-        binary: source.options.binary && source.server_version >= 140000,
+        // Binary only when every column decodes from it: types kept as `Value::Other`
+        // must arrive as their exact text.
+        binary: source.options.binary
+            && source.server_version >= 140000
+            && source.tables.iter().all(CatalogTable::binary_safe),
         messages: source.options.messages != crate::changes::MessageFilter::Off,
         streaming,
         two_phase: false,

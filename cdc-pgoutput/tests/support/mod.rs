@@ -58,7 +58,8 @@ impl Running {
     }
 }
 
-/// `SELECT *` of `table` through Postgres's text output, sorted.
+/// `SELECT *` of `table` as Postgres's output functions print it (the simple query
+/// protocol returns exactly that text), sorted.
 pub async fn select_text(cluster: &Cluster, table: &str) -> Vec<Vec<Option<String>>> {
     let client = cluster.connect("postgres").await.unwrap();
     client
@@ -69,30 +70,19 @@ pub async fn select_text(cluster: &Cluster, table: &str) -> Vec<Vec<Option<Strin
         .await
         .unwrap();
     let name = TableName::parse(table).unwrap();
-    let columns = client
-        .query(
-            "SELECT a.attname::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
-             JOIN pg_namespace n ON n.oid = c.relnamespace \
-             WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped \
-             ORDER BY a.attnum",
-            &[&name.schema, &name.name],
-        )
+    let messages = client
+        .simple_query(&format!("SELECT * FROM {name}"))
         .await
         .unwrap();
-    let list: Vec<String> = columns
+    let mut out: Vec<Vec<Option<String>>> = messages
         .iter()
-        .map(|r| format!("{}::text", cdc_core::quote_identifier(r.get::<_, &str>(0))))
-        .collect();
-    let rows = client
-        .query(&format!("SELECT {} FROM {name}", list.join(", ")), &[])
-        .await
-        .unwrap();
-    let mut out: Vec<Vec<Option<String>>> = rows
-        .iter()
-        .map(|r| {
-            (0..list.len())
-                .map(|i| r.get::<_, Option<String>>(i))
-                .collect()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some(
+                (0..row.len())
+                    .map(|i| row.get(i).map(str::to_owned))
+                    .collect(),
+            ),
+            _ => None,
         })
         .collect();
     out.sort();
