@@ -78,7 +78,10 @@ const BINARY_COLUMNS: &str = "id, b, i2, i4, i8, o, f4, f8, n, n_big, n_scaled, 
 /// Streams `table` (`all_types`, or `bin` with only binary-decodable columns) with the
 /// binary option on or off.
 async fn run(table: &str, binary: bool) {
-    let cluster = Cluster::new().await.unwrap();
+    run_on(Cluster::new().await.unwrap(), table, binary).await;
+}
+
+async fn run_on(cluster: Cluster, table: &str, binary: bool) {
     cluster.execute(SCHEMA).await.unwrap();
     cluster
         .execute(&format!(
@@ -145,4 +148,17 @@ async fn types_without_a_binary_decoder_keep_their_text_when_binary_is_asked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_type_in_binary_mode_matches_postgres() {
     run("bin", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_mode_does_not_depend_on_the_server_date_and_interval_styles() {
+    let cluster = Cluster::builder()
+        .setting("DateStyle", "SQL, DMY")
+        .setting("IntervalStyle", "sql_standard")
+        .setting("TimeZone", "America/St_Johns")
+        .setting("extra_float_digits", "0")
+        .build()
+        .await
+        .unwrap();
+    run_on(cluster, "all_types", false).await;
 }

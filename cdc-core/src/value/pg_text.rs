@@ -179,7 +179,110 @@ pub fn format_float4(v: f32) -> String {
     if v.is_infinite() {
         return if v > 0.0 { "Infinity" } else { "-Infinity" }.into();
     }
-    shortest_to_pg(&format!("{v:e}"), 6)
+    shortest_to_pg(&float4_digits(v), 6)
+}
+
+/// The shortest `LowerExp` digits of `v` as Postgres's Ryu chooses them: they read back
+/// as `v`, never lie exactly halfway between two floats (Rust's shortest output may: that
+/// still round-trips, by ties-to-even), and ties between equally near candidates go to the
+/// even digit. Midpoints of adjacent `f32`s are exact in `f64`, which makes the check
+/// exact.
+fn float4_digits(v: f32) -> String {
+    let shortest = format!("{v:e}");
+    let digits = shortest
+        .split('e')
+        .next()
+        .map_or(0, |m| m.chars().filter(char::is_ascii_digit).count());
+    // Rust's shortest digits have the right length, but where two candidates of that
+    // length are equally near, Ryu breaks the tie to even; and a candidate exactly halfway
+    // between two floats is refused, which takes one more digit.
+    for significant in digits..digits + 12 {
+        let candidate = round_half_even(v, significant);
+        if candidate.parse::<f32>() == Ok(v) && !is_f32_midpoint(&candidate) {
+            return trim_exp_mantissa(&candidate);
+        }
+    }
+    shortest
+}
+
+/// `v` rounded to `significant` digits, ties to even (as Ryu does), in `LowerExp` form.
+fn round_half_even(v: f32, significant: usize) -> String {
+    // Every f32 is exact in f64, and 120 fractional digits hold its whole expansion.
+    let exact = format!("{:.120e}", f64::from(v).abs());
+    let (mantissa, exp) = exact.split_once('e').unwrap_or((&exact, "0"));
+    let mut exp: i32 = exp.parse().unwrap_or(0);
+    let all: Vec<u8> = mantissa
+        .bytes()
+        .filter(u8::is_ascii_digit)
+        .map(|b| b - b'0')
+        .collect();
+    let keep = significant.min(all.len());
+    let mut kept: Vec<u8> = all[..keep].to_vec();
+    let rest = &all[keep..];
+    let round_up = match rest.first() {
+        Some(d) if *d > 5 => true,
+        Some(5) if rest[1..].iter().any(|d| *d != 0) => true,
+        Some(5) => kept.last().is_some_and(|d| d % 2 == 1),
+        _ => false,
+    };
+    if round_up {
+        let mut i = kept.len();
+        loop {
+            if i == 0 {
+                kept.insert(0, 1);
+                kept.pop();
+                exp += 1;
+                break;
+            }
+            i -= 1;
+            if kept[i] == 9 {
+                kept[i] = 0;
+            } else {
+                kept[i] += 1;
+                break;
+            }
+        }
+    }
+    let mut out = String::new();
+    if v.is_sign_negative() {
+        out.push('-');
+    }
+    for (i, d) in kept.iter().enumerate() {
+        if i == 1 {
+            out.push('.');
+        }
+        out.push(char::from(b'0' + d));
+    }
+    let _ = write!(out, "e{exp}");
+    out
+}
+
+/// Whether the decimal `text` is exactly the midpoint between two adjacent `f32` values.
+fn is_f32_midpoint(text: &str) -> bool {
+    let Ok(wide) = text.parse::<f64>() else {
+        return false;
+    };
+    let narrow = wide as f32;
+    if f64::from(narrow) == wide || !wide.is_finite() {
+        return false;
+    }
+    let (below, above) = if f64::from(narrow) < wide {
+        (narrow, narrow.next_up())
+    } else {
+        (narrow.next_down(), narrow)
+    };
+    (f64::from(below) + f64::from(above)) / 2.0 == wide
+}
+
+/// Drops trailing zeros of the mantissa of a `LowerExp` string (`1.2300e5` → `1.23e5`).
+fn trim_exp_mantissa(text: &str) -> String {
+    match text.split_once('e') {
+        Some((mantissa, exp)) if mantissa.contains('.') => {
+            let trimmed = mantissa.trim_end_matches('0').trim_end_matches('.');
+            format!("{trimmed}e{exp}")
+        }
+        _ => text.to_owned(),
+    }
 }
 
 /// Rewrites Rust's shortest `LowerExp` output (`-1.2345e-5`) in Postgres's style.
@@ -250,6 +353,11 @@ mod tests {
         assert_eq!(format_float4(1e6), "1e+06");
         assert_eq!(format_float4(100000.0), "100000");
         assert_eq!(format_float4(1.1), "1.1");
+        // Rust's shortest output would be the halfway decimal 8.731366e+07.
+        assert_eq!(format_float4(87_313_664.0), "8.7313664e+07");
+        // …and one more digit is a tie itself, broken to even as Ryu does.
+        assert_eq!(format_float4(2_563_072.25), "2.5630722e+06");
+        assert_eq!(format_float4(-3_588_616.25), "-3.5886162e+06");
     }
 
     #[test]

@@ -98,6 +98,15 @@ impl Wire {
         ];
         if replication {
             params.push(("replication", "database"));
+            // pgoutput's text format is each type's output function in this session: pin
+            // the settings that shape it, so values parse the same on every server.
+            params.extend([
+                ("DateStyle", "ISO"),
+                ("IntervalStyle", "postgres"),
+                ("extra_float_digits", "3"),
+                ("TimeZone", "UTC"),
+                ("bytea_output", "hex"),
+            ]);
         }
         if let Some(app) = &config.application_name {
             params.push(("application_name", app.as_str()));
