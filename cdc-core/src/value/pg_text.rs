@@ -356,8 +356,14 @@ mod tests {
         // Rust's shortest output would be the halfway decimal 8.731366e+07.
         assert_eq!(format_float4(87_313_664.0), "8.7313664e+07");
         // …and one more digit is a tie itself, broken to even as Ryu does.
-        assert_eq!(format_float4("2563072.25".parse().unwrap()), "2.5630722e+06");
-        assert_eq!(format_float4("-3588616.25".parse().unwrap()), "-3.5886162e+06");
+        assert_eq!(
+            format_float4("2563072.25".parse().unwrap()),
+            "2.5630722e+06"
+        );
+        assert_eq!(
+            format_float4("-3588616.25".parse().unwrap()),
+            "-3.5886162e+06"
+        );
     }
 
     #[test]
