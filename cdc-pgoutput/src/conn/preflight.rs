@@ -309,6 +309,29 @@ pub struct PreflightOptions {
     pub own_pid: Option<i32>,
 }
 
+/// Whether `table` is a partitioned table whose partitions the publication publishes
+/// (`publish_via_partition_root = false` lists the partitions, not the root).
+async fn is_partition_root_of_published(
+    client: &Client,
+    table: &TableName,
+    publication: &str,
+) -> Result<bool> {
+    let row = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_publication_tables pt \
+               JOIN pg_namespace pn ON pn.nspname = pt.schemaname \
+               JOIN pg_class pc ON pc.relnamespace = pn.oid AND pc.relname = pt.tablename \
+               CROSS JOIN LATERAL pg_partition_ancestors(pc.oid) AS a(relid) \
+               JOIN pg_class c ON c.oid = a.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
+               WHERE pt.pubname::text = $1::text AND n.nspname::text = $2::text \
+                 AND c.relname::text = $3::text)",
+            &[&publication, &table.schema, &table.name],
+        )
+        .await
+        .map_err(sql_error)?;
+    row.try_get(0).map_err(sql_error)
+}
+
 fn sql_error(e: tokio_postgres::Error) -> Error {
     from_tokio_postgres(e, Activity::Command, "a preflight catalog query failed")
 }
@@ -428,7 +451,10 @@ pub async fn preflight(
             problems.push(Problem::error(ProblemKind::TableMissing { table: name }));
             continue;
         };
-        if exists && !published.contains(&name) {
+        if exists
+            && !published.contains(&name)
+            && !is_partition_root_of_published(client, &name, publication).await?
+        {
             problems.push(Problem::error(ProblemKind::TableNotInPublication {
                 table: name,
                 publication: publication.to_owned(),

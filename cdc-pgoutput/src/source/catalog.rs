@@ -134,7 +134,7 @@ pub async fn load_tables(
         let partitions = if relkind == "p" {
             client
                 .query(
-                    "SELECT n.nspname::text, c.relname::text FROM pg_partition_tree($1::regclass) t \
+                    "SELECT n.nspname::text, c.relname::text FROM pg_partition_tree($1::oid::regclass) t \
                      JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
                      WHERE t.isleaf ORDER BY 1, 2",
                     &[&oid],

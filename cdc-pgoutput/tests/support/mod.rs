@@ -163,3 +163,30 @@ pub async fn wait_snapshot_completed(handle: &MemoryHandle) {
         .await;
     assert!(done, "the snapshot did not complete within 60 s");
 }
+
+impl Running {
+    /// Like [`wait_snapshot_completed`], failing at once with the pipeline's error if it
+    /// stopped.
+    pub async fn wait_snapshot(&mut self, handle: &MemoryHandle) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if handle.changes().iter().any(|e| {
+                matches!(
+                    e.kind,
+                    cdc_core::EventKind::Snapshot(cdc_core::SnapshotMarker::Completed { .. })
+                )
+            }) {
+                return;
+            }
+            if self.task.is_finished() {
+                let result = (&mut self.task).await.expect("pipeline task panicked");
+                panic!("the pipeline stopped before the snapshot completed: {result:?}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the snapshot did not complete within 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
