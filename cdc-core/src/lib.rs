@@ -26,7 +26,7 @@ pub use pipeline::{
 };
 pub use schema::{ColumnSchema, ColumnType, ReplicaIdentity, SchemaRef, TableSchema};
 pub use sink::{Ack, AckEvent, Acknowledger, BatchId, BatchLimits, CommitMode, Sink, SinkBatch};
-pub use source::Source;
+pub use source::{ConfirmHandle, Source};
 pub use table_name::{TableName, TableNameError, quote_identifier};
 pub use token::{RESUME_TOKEN_VERSION, ResumeToken, SnapshotProgress, SourceIdentity};
 pub use value::{Array, ArrayDim, Numeric, OtherRepr, OtherValue, Text, TypeOid, Value};

@@ -1,14 +1,18 @@
 //! The `Source` trait: what the pipeline pulls batches from.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use async_trait::async_trait;
+use tokio::sync::Notify;
 
 use crate::{ChangeBatch, Lsn, Result, ResumeToken};
 
 /// A stream of change batches with a position that can be confirmed.
 ///
-/// The pipeline calls `start` once, then `next_batch` repeatedly, and `confirm` whenever
-/// its acknowledged watermark moves. Implemented by `PgSource`, and by scripted sources in
-/// tests of the pipeline's gating.
+/// The pipeline calls `start` once, then `next_batch` repeatedly, and reports its
+/// acknowledged watermark through the source's [`ConfirmHandle`]. Implemented by
+/// `PgSource`, and by scripted sources in tests of the pipeline's gating.
 #[async_trait]
 pub trait Source: Send {
     /// Prepares the stream. With `resume`, the source must verify that the token belongs
@@ -23,23 +27,88 @@ pub trait Source: Send {
     /// The next batch, or `None` once the stream has ended (an end position was reached,
     /// a snapshot-only run finished). Batches respect the source's [`crate::BatchLimits`].
     ///
-    /// Cancel safety: dropping the returned future before it completes must lose nothing;
-    /// a later call returns the events that would have been in the batch.
+    /// The pipeline keeps one call in progress until it completes (it does not drop it to
+    /// do other work), so the source may run long operations here (reconnecting with
+    /// backoff, retaking a snapshot). Dropping the future happens only when the pipeline
+    /// stops; what was not yet returned is then simply not confirmed.
     async fn next_batch(&mut self) -> Result<Option<ChangeBatch>>;
 
     /// The token that resumes right after `batch` (its last position plus the source's
     /// identity and any snapshot progress).
     fn resume_token(&self, batch: &ChangeBatch) -> ResumeToken;
 
-    /// Every transaction that ends at or before `lsn` is acknowledged under the commit
-    /// mode; the source may report `lsn` as flushed. `lsn` is always a transaction end
-    /// (a [`ChangeBatch::commit_end`]) and never decreases. `idle` is true when nothing is
-    /// in flight in the pipeline, which lets the source confirm further positions that
-    /// carry no events for it (keepalive `wal_end`), so an idle slot does not retain WAL.
-    fn confirm(&mut self, lsn: Lsn, idle: bool);
+    /// The handle through which the pipeline confirms positions while a `next_batch` call
+    /// is in progress. Every call returns a handle to the same shared state.
+    fn confirm_handle(&self) -> ConfirmHandle;
 
     /// Stops the stream after a final status update. Called once at graceful shutdown.
     async fn close(&mut self) -> Result<()> {
         Ok(())
+    }
+}
+
+/// Where the pipeline reports how far the source may confirm, and where the source reads
+/// it. Cheap to clone; usable from any task.
+///
+/// `confirm(lsn, idle)`: every transaction that ends at or before `lsn` is acknowledged
+/// under the commit mode; the source may report `lsn` as flushed. `lsn` is always a
+/// transaction end (a [`ChangeBatch::commit_end`]) and never decreases. `idle` is true when
+/// nothing is in flight in the pipeline.
+#[derive(Clone, Default)]
+pub struct ConfirmHandle {
+    inner: Arc<ConfirmState>,
+}
+
+#[derive(Default)]
+struct ConfirmState {
+    lsn: AtomicU64,
+    idle: AtomicBool,
+    changed: Notify,
+    observer: Option<Box<dyn Fn(Lsn, bool) + Send + Sync>>,
+}
+
+impl std::fmt::Debug for ConfirmHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfirmHandle")
+            .field("confirmed", &self.confirmed())
+            .field("idle", &self.idle())
+            .finish()
+    }
+}
+
+impl ConfirmHandle {
+    /// A handle that also calls `observer` on every confirmation (for tests and metrics).
+    pub fn with_observer(observer: impl Fn(Lsn, bool) + Send + Sync + 'static) -> Self {
+        ConfirmHandle {
+            inner: Arc::new(ConfirmState {
+                observer: Some(Box::new(observer)),
+                ..ConfirmState::default()
+            }),
+        }
+    }
+
+    /// Reports the acknowledged watermark (see the type's documentation).
+    pub fn confirm(&self, lsn: Lsn, idle: bool) {
+        if let Some(observer) = &self.inner.observer {
+            observer(lsn, idle);
+        }
+        self.inner.lsn.fetch_max(lsn.0, Ordering::AcqRel);
+        self.inner.idle.store(idle, Ordering::Release);
+        self.inner.changed.notify_waiters();
+    }
+
+    /// The highest position confirmed so far.
+    pub fn confirmed(&self) -> Lsn {
+        Lsn(self.inner.lsn.load(Ordering::Acquire))
+    }
+
+    /// Whether the pipeline had nothing in flight at the last confirmation.
+    pub fn idle(&self) -> bool {
+        self.inner.idle.load(Ordering::Acquire)
+    }
+
+    /// Resolves at the next confirmation.
+    pub async fn changed(&self) {
+        self.inner.changed.notified().await;
     }
 }

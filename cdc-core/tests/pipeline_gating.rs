@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cdc_core::{
-    Ack, Acknowledger, ChangeBatch, ChangeEvent, CommitMode, EventKind, Lsn, Pipeline,
-    PipelineConfig, Position, Result, ResumeToken, Sink, SinkBatch, Source, SourceIdentity,
-    TxBegin, TxCommit,
+    Ack, Acknowledger, ChangeBatch, ChangeEvent, CommitMode, ConfirmHandle, EventKind, Lsn,
+    Pipeline, PipelineConfig, Position, Result, ResumeToken, Sink, SinkBatch, Source,
+    SourceIdentity, TxBegin, TxCommit,
 };
 use proptest::prelude::*;
 
@@ -74,11 +74,10 @@ struct Slot {
 struct ScriptedSource {
     txs: Arc<Vec<Tx>>,
     slot: Arc<Mutex<Slot>>,
-    sink_state: Arc<Mutex<SinkState>>,
-    mode: CommitMode,
     pending: std::collections::VecDeque<Item>,
     batch_sizes: Vec<usize>,
     batch_no: usize,
+    confirm: ConfirmHandle,
     /// Cumulative: what the batches handed out so far cover.
     covered_position: Option<Position>,
     covered_end: Option<Lsn>,
@@ -139,41 +138,52 @@ impl Source for ScriptedSource {
         token
     }
 
-    fn confirm(&mut self, lsn: Lsn, _idle: bool) {
-        let mut slot = self.slot.lock().unwrap();
-        if lsn < slot.confirmed {
-            let message = format!("confirmed moved backwards {} -> {lsn}", slot.confirmed);
-            slot.violations.push(message);
-        }
-        if lsn > slot.confirmed {
-            let Some(tx) = self.txs.iter().find(|t| t.end_lsn == lsn) else {
-                slot.violations
-                    .push(format!("confirmed {lsn} is not a transaction end"));
-                return;
-            };
-            let commit_pos = Position::new(tx.commit_lsn, 1 + tx.size as u64);
-            let sink = self.sink_state.lock().unwrap();
-            match self.mode {
-                CommitMode::Checkpoint => {
-                    // The slot never passes what the sink's durable token covers.
-                    let durable_end = sink.durable_token.as_ref().and_then(|t| t.commit_end);
-                    if durable_end.is_none_or(|end| end < lsn) {
-                        slot.violations.push(format!(
-                            "confirmed {lsn} beyond durable token end {durable_end:?}"
-                        ));
-                    }
+    fn confirm_handle(&self) -> ConfirmHandle {
+        self.confirm.clone()
+    }
+}
+
+/// Checks one confirmation against the sink's acknowledgements at that moment.
+fn check_confirmation(
+    lsn: Lsn,
+    txs: &[Tx],
+    slot: &Mutex<Slot>,
+    sink_state: &Mutex<SinkState>,
+    mode: CommitMode,
+) {
+    let mut slot = slot.lock().unwrap();
+    if lsn < slot.confirmed {
+        let message = format!("confirmed moved backwards {} -> {lsn}", slot.confirmed);
+        slot.violations.push(message);
+    }
+    if lsn > slot.confirmed {
+        let Some(tx) = txs.iter().find(|t| t.end_lsn == lsn) else {
+            slot.violations
+                .push(format!("confirmed {lsn} is not a transaction end"));
+            return;
+        };
+        let commit_pos = Position::new(tx.commit_lsn, 1 + tx.size as u64);
+        let sink = sink_state.lock().unwrap();
+        match mode {
+            CommitMode::Checkpoint => {
+                // The slot never passes what the sink's durable token covers.
+                let durable_end = sink.durable_token.as_ref().and_then(|t| t.commit_end);
+                if durable_end.is_none_or(|end| end < lsn) {
+                    slot.violations.push(format!(
+                        "confirmed {lsn} beyond durable token end {durable_end:?}"
+                    ));
                 }
-                CommitMode::Completion if !tx.filtered => {
-                    let acked = sink.completed_position;
-                    if acked.is_none_or(|p| p < commit_pos) {
-                        slot.violations
-                            .push(format!("confirmed {lsn} beyond completed {acked:?}"));
-                    }
-                }
-                CommitMode::Completion => {}
             }
-            slot.confirmed = lsn;
+            CommitMode::Completion if !tx.filtered => {
+                let acked = sink.completed_position;
+                if acked.is_none_or(|p| p < commit_pos) {
+                    slot.violations
+                        .push(format!("confirmed {lsn} beyond completed {acked:?}"));
+                }
+            }
+            CommitMode::Completion => {}
         }
+        slot.confirmed = lsn;
     }
 }
 
@@ -351,11 +361,16 @@ fn run_scenario(
     };
     runtime.block_on(async {
         let make = || {
+            let confirm = {
+                let (txs, slot, sink_state) = (txs.clone(), slot.clone(), sink_state.clone());
+                ConfirmHandle::with_observer(move |lsn, _idle| {
+                    check_confirmation(lsn, &txs, &slot, &sink_state, mode)
+                })
+            };
             let source = ScriptedSource {
                 txs: txs.clone(),
                 slot: slot.clone(),
-                sink_state: sink_state.clone(),
-                mode,
+                confirm,
                 pending: Default::default(),
                 batch_sizes: batch_sizes.clone(),
                 batch_no: 0,

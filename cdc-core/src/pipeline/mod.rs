@@ -6,14 +6,14 @@ mod watermark;
 
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 pub use stats::{PipelineStats, StatsSnapshot};
 pub use watermark::Watermark;
 
 use crate::{
-    Ack, AckEvent, Acknowledger, BatchId, ChangeBatch, CommitMode, Error, Lsn, Position, Result,
-    ResumeToken, Sink, SinkBatch, Source,
+    Ack, AckEvent, Acknowledger, BatchId, ChangeBatch, CommitMode, ConfirmHandle, Error, Lsn,
+    Position, Result, ResumeToken, Sink, SinkBatch, Source,
 };
 
 /// How the pipeline runs.
@@ -85,7 +85,8 @@ pub enum RunEnd {
 /// end. Events at or before the sink's resume token position are never written again.
 #[derive(Debug)]
 pub struct Pipeline<So, Si> {
-    source: So,
+    /// Taken by `run`.
+    source: Option<So>,
     sink: Si,
     config: PipelineConfig,
     stats: PipelineStats,
@@ -103,14 +104,15 @@ struct RunState {
     last_requested: Option<ResumeToken>,
     last_durable: Option<ResumeToken>,
     confirmed: Lsn,
+    reported_idle: bool,
 }
 
-impl<So: Source, Si: Sink> Pipeline<So, Si> {
+impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
     /// A pipeline from `source` to `sink`.
     pub fn new(source: So, sink: Si, config: PipelineConfig) -> Self {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         Pipeline {
-            source,
+            source: Some(source),
             sink,
             config,
             stats: PipelineStats::default(),
@@ -141,7 +143,12 @@ impl<So: Source, Si: Sink> Pipeline<So, Si> {
     pub async fn run(mut self) -> Result<RunSummary> {
         let (acks, mut ack_rx) = Acknowledger::channel();
         let resume = self.sink.open(acks).await?;
-        let start = self.source.start(resume.as_ref()).await?;
+        let Some(source) = self.source.as_mut() else {
+            return Err(Error::config(
+                "the pipeline's source is gone (run called twice?)",
+            ));
+        };
+        let start = source.start(resume.as_ref()).await?;
         self.stats.set_confirmed(start);
         let mut state = RunState {
             watermark: Watermark::new(self.config.commit_mode, start),
@@ -151,38 +158,61 @@ impl<So: Source, Si: Sink> Pipeline<So, Si> {
             last_requested: None,
             last_durable: resume,
             confirmed: start,
+            reported_idle: false,
         };
         let mut checkpoint_timer = tokio::time::interval(self.config.checkpoint_interval);
         checkpoint_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut shutdown_rx = self.shutdown_rx.clone();
-        let end = loop {
-            if *shutdown_rx.borrow() {
-                break RunEnd::Shutdown;
-            }
-            let may_read = state.watermark.pending_bytes() < self.config.max_in_flight_bytes
-                && state.watermark.uncompleted() < self.config.max_in_flight_batches;
-            tokio::select! {
-                biased;
-                _ = shutdown_rx.changed() => {}
-                ack = ack_rx.recv() => {
-                    if let Some(ack) = ack {
-                        self.on_ack(&mut state, ack);
-                    }
-                }
-                _ = checkpoint_timer.tick() => {
-                    self.checkpoint(&mut state).await?;
-                }
-                batch = self.source.next_batch(), if may_read => {
-                    match batch? {
-                        Some(batch) => self.write(&mut state, batch).await?,
-                        None => break RunEnd::SourceEnded,
-                    }
-                }
-            }
-            self.confirm(&mut state);
+        let confirm_handle = source.confirm_handle();
+        // The source runs in its own task, so a `next_batch` call is never interrupted by
+        // acknowledgements or checkpoint ticks: the source may do long work there
+        // (reconnect with backoff, retake a snapshot). One batch waits in the channel.
+        let (batch_tx, mut batch_rx) = mpsc::channel(1);
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let source = std::mem::replace(&mut self.source, None);
+        let Some(source) = source else {
+            return Err(Error::config(
+                "the pipeline's source is gone (run called twice?)",
+            ));
         };
-        self.drain(&mut state, &mut ack_rx).await?;
-        self.source.close().await?;
+        let reader = AbortOnDrop(Some(tokio::spawn(read_source(source, batch_tx, stop_rx))));
+        let result = async {
+            let end = loop {
+                if *shutdown_rx.borrow() {
+                    break RunEnd::Shutdown;
+                }
+                let may_read = state.watermark.pending_bytes() < self.config.max_in_flight_bytes
+                    && state.watermark.uncompleted() < self.config.max_in_flight_batches;
+                tokio::select! {
+                    biased;
+                    _ = shutdown_rx.changed() => {}
+                    ack = ack_rx.recv() => {
+                        if let Some(ack) = ack {
+                            Self::on_ack(&self.stats, &mut state, ack);
+                        }
+                    }
+                    _ = checkpoint_timer.tick() => {
+                        Self::checkpoint(&mut self.sink, &self.stats, &mut state).await?;
+                    }
+                    message = batch_rx.recv(), if may_read => {
+                        match message {
+                            Some(Ok(Some((batch, token)))) => self.write(&mut state, batch, token).await?,
+                            Some(Ok(None)) => break RunEnd::SourceEnded,
+                            Some(Err(e)) => return Err(e),
+                            None => return Err(Error::protocol("the source task ended unexpectedly")),
+                        }
+                    }
+                }
+                Self::confirm(&self.stats, &confirm_handle, &mut state);
+            };
+            Ok(end)
+        }
+        .await;
+        let _ = stop_tx.send(());
+        let mut source = reader.join().await?;
+        let end = result?;
+        self.drain(&mut state, &mut ack_rx, &confirm_handle).await?;
+        source.close().await?;
         self.sink.close().await?;
         Ok(RunSummary {
             stats: self.stats.snapshot(),
@@ -192,14 +222,18 @@ impl<So: Source, Si: Sink> Pipeline<So, Si> {
         })
     }
 
-    async fn write(&mut self, state: &mut RunState, mut batch: ChangeBatch) -> Result<()> {
+    async fn write(
+        &mut self,
+        state: &mut RunState,
+        mut batch: ChangeBatch,
+        resume_token: ResumeToken,
+    ) -> Result<()> {
         let id = BatchId(state.next_id);
         state.next_id += 1;
         if batch.events.is_empty() {
             // Progress without events (transactions of tables not configured, an idle
             // server's WAL end): confirmable once a durable token covers its end (in
             // checkpoint mode), so the token and the slot never disagree.
-            let resume_token = self.source.resume_token(&batch);
             state.watermark.written(id, None, batch.commit_end, 0);
             state.watermark.completed(id);
             state.last_written = Some(resume_token);
@@ -217,7 +251,6 @@ impl<So: Source, Si: Sink> Pipeline<So, Si> {
                 return Ok(());
             }
         }
-        let resume_token = self.source.resume_token(&batch);
         state
             .watermark
             .written(id, batch.last_position(), batch.commit_end, batch.byte_size);
@@ -237,7 +270,7 @@ impl<So: Source, Si: Sink> Pipeline<So, Si> {
         Ok(())
     }
 
-    async fn checkpoint(&mut self, state: &mut RunState) -> Result<()> {
+    async fn checkpoint(sink: &mut Si, stats: &PipelineStats, state: &mut RunState) -> Result<()> {
         let Some(token) = state.last_written.clone() else {
             return Ok(());
         };
@@ -245,18 +278,18 @@ impl<So: Source, Si: Sink> Pipeline<So, Si> {
             return Ok(());
         }
         state.last_requested = Some(token.clone());
-        if self.sink.checkpoint(&token).await? == Ack::Done {
-            self.on_ack(state, AckEvent::Durable(token));
+        if sink.checkpoint(&token).await? == Ack::Done {
+            Self::on_ack(stats, state, AckEvent::Durable(token));
         }
         Ok(())
     }
 
-    fn on_ack(&mut self, state: &mut RunState, ack: AckEvent) {
+    fn on_ack(stats: &PipelineStats, state: &mut RunState, ack: AckEvent) {
         match ack {
             AckEvent::Completed(id) => state.watermark.completed(id),
             AckEvent::Durable(token) => {
                 state.watermark.durable(token.position, token.commit_end);
-                self.stats.record_checkpoint();
+                stats.record_checkpoint();
                 let newer = state.last_durable.as_ref().is_none_or(|old| {
                     (old.position, old.commit_end) <= (token.position, token.commit_end)
                 });
@@ -267,15 +300,16 @@ impl<So: Source, Si: Sink> Pipeline<So, Si> {
         }
     }
 
-    fn confirm(&mut self, state: &mut RunState) {
+    fn confirm(stats: &PipelineStats, handle: &ConfirmHandle, state: &mut RunState) {
         let lsn = state.watermark.confirmable();
         let idle = state.watermark.is_idle();
-        self.stats.set_in_flight(state.watermark.in_flight());
-        if lsn > state.confirmed || idle {
+        stats.set_in_flight(state.watermark.in_flight());
+        if lsn > state.confirmed || (idle && !state.reported_idle) {
             state.confirmed = state.confirmed.max(lsn);
-            self.stats.set_confirmed(state.confirmed);
-            self.source.confirm(state.confirmed, idle);
+            stats.set_confirmed(state.confirmed);
+            handle.confirm(state.confirmed, idle);
         }
+        state.reported_idle = idle;
     }
 
     /// Final checkpoint, then wait until everything written is acknowledged.
@@ -283,8 +317,9 @@ impl<So: Source, Si: Sink> Pipeline<So, Si> {
         &mut self,
         state: &mut RunState,
         ack_rx: &mut mpsc::UnboundedReceiver<AckEvent>,
+        confirm_handle: &ConfirmHandle,
     ) -> Result<()> {
-        self.checkpoint(state).await?;
+        Self::checkpoint(&mut self.sink, &self.stats, state).await?;
         let final_token = state
             .last_written
             .as_ref()
@@ -299,7 +334,7 @@ impl<So: Source, Si: Sink> Pipeline<So, Si> {
         };
         while !(state.watermark.is_idle() && durable(state)) {
             match ack_rx.recv().await {
-                Some(ack) => self.on_ack(state, ack),
+                Some(ack) => Self::on_ack(&self.stats, state, ack),
                 None => {
                     return Err(Error::sink(
                         "the sink stopped acknowledging before the final checkpoint completed",
@@ -307,7 +342,66 @@ impl<So: Source, Si: Sink> Pipeline<So, Si> {
                 }
             }
         }
-        self.confirm(state);
+        Self::confirm(&self.stats, confirm_handle, state);
         Ok(())
+    }
+}
+
+/// What the source task hands over: a batch with its resume token, the end, or an error.
+type SourceMessage = Result<Option<(ChangeBatch, ResumeToken)>>;
+
+/// Pulls batches from `source` until told to stop, the stream ends, or it fails; returns
+/// the source so the pipeline can close it.
+async fn read_source<So: Source>(
+    mut source: So,
+    tx: mpsc::Sender<SourceMessage>,
+    mut stop: oneshot::Receiver<()>,
+) -> So {
+    loop {
+        let next = tokio::select! {
+            _ = &mut stop => return source,
+            next = source.next_batch() => next,
+        };
+        let (message, last) = match next {
+            Ok(Some(batch)) => {
+                let token = source.resume_token(&batch);
+                (Ok(Some((batch, token))), false)
+            }
+            Ok(None) => (Ok(None), true),
+            Err(e) => (Err(e), true),
+        };
+        tokio::select! {
+            _ = &mut stop => return source,
+            sent = tx.send(message) => {
+                if sent.is_err() || last {
+                    // Keep the source until the pipeline asks for it back.
+                    let _ = stop.await;
+                    return source;
+                }
+            }
+        }
+    }
+}
+
+/// A task aborted when dropped: a dropped pipeline (a crash, from the source's view) must
+/// not leave its source running.
+struct AbortOnDrop<T>(Option<tokio::task::JoinHandle<T>>);
+
+impl<T> AbortOnDrop<T> {
+    async fn join(mut self) -> Result<T> {
+        let Some(handle) = self.0.take() else {
+            return Err(Error::protocol("the source task was already joined"));
+        };
+        handle
+            .await
+            .map_err(|e| Error::protocol(format!("the source task failed: {e}")))
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        if let Some(handle) = &self.0 {
+            handle.abort();
+        }
     }
 }

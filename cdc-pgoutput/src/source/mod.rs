@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use cdc_core::{
-    ChangeBatch, ChangeEvent, Error, ErrorKind, Lsn, Position, Result, ResumeToken, Source,
-    SourceIdentity,
+    ChangeBatch, ChangeEvent, ConfirmHandle, Error, ErrorKind, Lsn, Position, Result, ResumeToken,
+    Source, SourceIdentity,
 };
 
 pub use options::{PgSourceOptions, ReconnectPolicy};
@@ -75,6 +75,8 @@ pub struct PgSource {
     idle_wal_end: Lsn,
     last_progress_batch: Option<Instant>,
     confirmed: Lsn,
+    /// Where the pipeline reports what may be confirmed.
+    confirm: ConfirmHandle,
     scratch: Vec<ChangeEvent>,
     /// Replication messages received and not yet processed (processing pauses while a
     /// committed streamed transaction is released).
@@ -107,6 +109,7 @@ impl PgSource {
             idle_wal_end: Lsn::ZERO,
             last_progress_batch: None,
             confirmed: Lsn::ZERO,
+            confirm: ConfirmHandle::default(),
             scratch: Vec::new(),
             inbox: VecDeque::new(),
             snapshot_progress: None,
@@ -203,6 +206,18 @@ impl PgSource {
         })
     }
 
+    /// Passes the pipeline's latest confirmation to the replication stream.
+    fn apply_confirmation(&mut self) {
+        let lsn = self.confirm.confirmed();
+        if lsn > self.confirmed {
+            self.confirmed = lsn;
+            if let Some(stream) = &self.stream {
+                stream.set_flushed(lsn);
+                stream.send_status_now();
+            }
+        }
+    }
+
     /// Processes one replication message into pending items.
     fn process_message(&mut self, message: ServerMessage) -> Result<()> {
         let Some(assembler) = self.assembler.as_mut() else {
@@ -270,6 +285,30 @@ impl PgSource {
         }
     }
 
+    /// Takes the snapshot again after a transient failure, with backoff.
+    async fn retry_snapshot(&mut self, cause: Error) -> Result<()> {
+        let policy = self.options.reconnect;
+        let mut last = cause;
+        let mut attempt = 0;
+        loop {
+            if policy.max_attempts.is_some_and(|max| attempt >= max) {
+                return Err(Error::new(
+                    last.kind(),
+                    format!("giving up on the snapshot after {attempt} attempts"),
+                )
+                .with_source(last));
+            }
+            tracing::warn!(attempt, error = %last, "snapshot interrupted; taking it again");
+            tokio::time::sleep(policy.delay(attempt)).await;
+            attempt += 1;
+            match start::restart_snapshot(self).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_transient() => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Opens a new replication session from the confirmed position.
     async fn resume_stream(&mut self) -> Result<()> {
         if let Some(old) = self.stream.take() {
@@ -323,6 +362,7 @@ impl Source for PgSource {
 
     async fn next_batch(&mut self) -> Result<Option<ChangeBatch>> {
         loop {
+            self.apply_confirmation();
             if self.fill() {
                 return Ok(Some(self.take_batch()));
             }
@@ -341,8 +381,14 @@ impl Source for PgSource {
                 }
                 Phase::Snapshot(snapshot) if !snapshot.is_finished() => {
                     let mut out = VecDeque::new();
-                    snapshot.pull(&mut out).await?;
+                    let pulled = snapshot.pull(&mut out).await;
                     self.pending.extend(out.into_iter().map(Pending::Event));
+                    if let Err(e) = pulled {
+                        if !e.is_transient() {
+                            return Err(e);
+                        }
+                        self.retry_snapshot(e).await?;
+                    }
                     continue;
                 }
                 Phase::Snapshot(snapshot) => {
@@ -393,17 +439,21 @@ impl Source for PgSource {
                     .await?;
                 continue;
             };
-            match tokio::time::timeout(wait.max(Duration::from_millis(1)), stream.next_chunk())
-                .await
-            {
-                Err(_elapsed) => continue,
-                Ok(Ok(Some(messages))) => self.inbox.extend(messages),
-                Ok(Ok(None)) => {
+            let confirm = self.confirm.clone();
+            let received = tokio::select! {
+                received = stream.next_chunk() => received,
+                // A confirmation goes to the server at once, even while waiting.
+                _ = confirm.changed() => continue,
+                _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => continue,
+            };
+            match received {
+                Ok(Some(messages)) => self.inbox.extend(messages),
+                Ok(None) => {
                     self.reconnect(Error::transient("the server ended the replication stream"))
                         .await?;
                 }
-                Ok(Err(e)) if e.kind() == ErrorKind::Transient => self.reconnect(e).await?,
-                Ok(Err(e)) => return Err(e),
+                Err(e) if e.kind() == ErrorKind::Transient => self.reconnect(e).await?,
+                Err(e) => return Err(e),
             }
         }
     }
@@ -422,14 +472,8 @@ impl Source for PgSource {
         token
     }
 
-    fn confirm(&mut self, lsn: Lsn, _idle: bool) {
-        if lsn > self.confirmed {
-            self.confirmed = lsn;
-            if let Some(stream) = &self.stream {
-                stream.set_flushed(lsn);
-                stream.send_status_now();
-            }
-        }
+    fn confirm_handle(&self) -> ConfirmHandle {
+        self.confirm.clone()
     }
 
     async fn close(&mut self) -> Result<()> {

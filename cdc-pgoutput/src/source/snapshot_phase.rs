@@ -36,9 +36,22 @@ impl SnapshotPhase {
         items_per_table: Vec<usize>,
         consistent_point: Lsn,
         restarted: bool,
+        after: Option<Position>,
         out: &mut VecDeque<ChangeEvent>,
-    ) -> Self {
+    ) -> Result<Self, Error> {
         let n = tables.len();
+        // Snapshot rows sit just before the consistent point; after a restart they must
+        // still order after every position already handed out.
+        let commit_lsn = Lsn(consistent_point.0.saturating_sub(1));
+        let next_ordinal = match after {
+            Some(p) if p.commit_lsn > commit_lsn => {
+                return Err(Error::resync_required(format!(
+                    "the new slot's consistent point {consistent_point} is not after the stream's position {p}; start over with a new slot"
+                )));
+            }
+            Some(p) if p.commit_lsn == commit_lsn => p.ordinal + 1,
+            _ => 0,
+        };
         let mut phase = SnapshotPhase {
             rx,
             workers,
@@ -48,7 +61,7 @@ impl SnapshotPhase {
             rows: vec![0; n],
             started: vec![false; n],
             completed: Vec::new(),
-            next_ordinal: 0,
+            next_ordinal,
             finished: false,
         };
         if restarted {
@@ -63,7 +76,7 @@ impl SnapshotPhase {
             }
         }
         phase.finish_if_done(out);
-        phase
+        Ok(phase)
     }
 
     /// The position space of snapshot rows: just before the consistent point, so every

@@ -128,74 +128,113 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                 start_streaming(source, repl, confirmed).await?;
                 return Ok(confirmed);
             }
-            let created = repl
-                .create_slot(
-                    &source.slot,
-                    CreateSlotOptions {
-                        temporary: source.options.snapshot_only,
-                        snapshot: if wants_snapshot {
-                            SnapshotAction::Export
-                        } else {
-                            SnapshotAction::NoExport
-                        },
-                        two_phase: false,
-                    },
-                )
-                .await?;
-            let consistent_point = created.consistent_point;
-            source.confirmed = consistent_point;
             if let Some(token) = resume {
                 // Positions of the new snapshot must order after everything the token saw.
                 source.covered_position = token.position;
+                source.queued_upto = token.position;
             }
             if !wants_snapshot {
-                start_streaming(source, repl, consistent_point).await?;
-                return Ok(consistent_point);
+                let created = repl
+                    .create_slot(
+                        &source.slot,
+                        CreateSlotOptions {
+                            temporary: false,
+                            snapshot: SnapshotAction::NoExport,
+                            two_phase: false,
+                        },
+                    )
+                    .await?;
+                source.confirmed = created.consistent_point;
+                start_streaming(source, repl, created.consistent_point).await?;
+                return Ok(created.consistent_point);
             }
-            let Some(snapshot_name) = created.snapshot_name else {
-                return Err(Error::protocol(
-                    "CREATE_REPLICATION_SLOT did not export a snapshot",
-                ));
-            };
-            let items = copy::plan(
-                &source.tables,
-                source.options.snapshot_chunk_pages,
-                source.options.snapshot_workers > 1 && source.server_version >= 140000,
-            );
-            let per_table = copy::items_per_table(&items, source.tables.len());
-            let (rx, workers) = copy::spawn_workers(
-                config.connection.clone(),
-                snapshot_name,
-                source.tables.clone(),
-                items,
-                source.options.snapshot_workers,
-                2 * source.options.snapshot_workers.max(1),
-            );
-            let mut out = VecDeque::new();
-            let phase = SnapshotPhase::new(
-                rx,
-                workers,
-                source.tables.clone(),
-                per_table,
-                consistent_point,
-                resume.is_some(),
-                &mut out,
-            );
-            source.pending.extend(out.into_iter().map(Pending::Event));
-            // The exported snapshot lives as long as this session stays idle: keep it
-            // open, unused, until the copy is done.
-            source.parked = Some(repl);
-            source.phase = Phase::Snapshot(Box::new(phase));
-            if let Some(assembler) = source.assembler.as_mut() {
-                for table in source.tables.iter() {
-                    assembler
-                        .relations_mut()
-                        .seed_delivered(table.schema.clone());
-                }
-            }
-            Ok(consistent_point)
+            begin_snapshot(source, repl, resume.is_some()).await
         }
     }
+}
+
+/// Creates the slot with an exported snapshot and starts copying under it. `restarted`
+/// puts a snapshot-restart marker first, so the sink drops a previous, incomplete copy.
+pub(super) async fn begin_snapshot(
+    source: &mut PgSource,
+    mut repl: ReplicationConnection,
+    restarted: bool,
+) -> Result<Lsn> {
+    let created = repl
+        .create_slot(
+            &source.slot,
+            CreateSlotOptions {
+                temporary: source.options.snapshot_only,
+                snapshot: SnapshotAction::Export,
+                two_phase: false,
+            },
+        )
+        .await?;
+    let consistent_point = created.consistent_point;
+    source.confirmed = consistent_point;
+    let Some(snapshot_name) = created.snapshot_name else {
+        return Err(Error::protocol(
+            "CREATE_REPLICATION_SLOT did not export a snapshot",
+        ));
+    };
+    let items = copy::plan(
+        &source.tables,
+        source.options.snapshot_chunk_pages,
+        source.options.snapshot_workers > 1 && source.server_version >= 140000,
+    );
+    let per_table = copy::items_per_table(&items, source.tables.len());
+    let (rx, workers) = copy::spawn_workers(
+        source.options.config.connection.clone(),
+        snapshot_name,
+        source.tables.clone(),
+        items,
+        source.options.snapshot_workers,
+        2 * source.options.snapshot_workers.max(1),
+    );
+    let mut out = VecDeque::new();
+    let phase = SnapshotPhase::new(
+        rx,
+        workers,
+        source.tables.clone(),
+        per_table,
+        consistent_point,
+        restarted,
+        source.queued_upto,
+        &mut out,
+    )?;
+    source.pending.extend(out.into_iter().map(Pending::Event));
+    // The exported snapshot lives as long as this session stays idle: keep it open,
+    // unused, until the copy is done.
+    source.parked = Some(repl);
+    source.phase = Phase::Snapshot(Box::new(phase));
+    if let Some(assembler) = source.assembler.as_mut() {
+        for table in source.tables.iter() {
+            assembler
+                .relations_mut()
+                .seed_delivered(table.schema.clone());
+        }
+    }
+    Ok(consistent_point)
+}
+
+/// Abandons a snapshot that failed transiently (connection lost) and takes a new one on
+/// a new slot, with a restart marker so the sink drops the partial copy.
+pub(super) async fn restart_snapshot(source: &mut PgSource) -> Result<()> {
+    source.phase = Phase::NotStarted;
+    if let Some(parked) = source.parked.take() {
+        drop(parked);
+    }
+    let mut repl = ReplicationConnection::connect(&source.options.config.connection).await?;
+    let system = repl.identify_system().await?;
+    if let Some(identity) = &source.identity {
+        check_resume(identity, &system.identity(&identity.database, &source.slot))?;
+    }
+    match repl.drop_slot(&source.slot, true).await {
+        Ok(()) => {}
+        Err(e) if e.kind() == cdc_core::ErrorKind::ResyncRequired => {} // already gone
+        Err(e) => return Err(e),
+    }
+    begin_snapshot(source, repl, true).await.map(|_| ())
 }
 
 /// After the snapshot: stream from the consistent point, or end (`snapshot_only`).

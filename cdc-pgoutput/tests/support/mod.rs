@@ -165,6 +165,38 @@ pub async fn wait_snapshot_completed(handle: &MemoryHandle) {
 }
 
 impl Running {
+    /// Like [`wait_for_equal`], failing at once with the pipeline's error if it stopped.
+    pub async fn wait_for_equal(
+        &mut self,
+        cluster: &Cluster,
+        handle: &MemoryHandle,
+        tables: &[&str],
+        timeout: Duration,
+    ) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut equal = true;
+            for table in tables {
+                if select_text(cluster, table).await != sink_text(handle, table) {
+                    equal = false;
+                    break;
+                }
+            }
+            if equal {
+                return;
+            }
+            if self.task.is_finished() {
+                let result = (&mut self.task).await.expect("pipeline task panicked");
+                panic!("the pipeline stopped before the sink matched: {result:?}");
+            }
+            if Instant::now() > deadline {
+                // Reports the difference.
+                wait_for_equal(cluster, handle, tables, Duration::ZERO).await;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Like [`wait_snapshot_completed`], failing at once with the pipeline's error if it
     /// stopped.
     pub async fn wait_snapshot(&mut self, handle: &MemoryHandle) {
