@@ -72,6 +72,21 @@ impl StatsSnapshot {
     pub fn lag_bytes(&self) -> u64 {
         self.received_lsn.bytes_since(self.confirmed_lsn)
     }
+
+    /// Seconds between now and the commit time of the latest transaction received (how far
+    /// behind the source the stream is), or `None` before any transaction.
+    pub fn lag_seconds(&self) -> Option<f64> {
+        if self.last_commit_time_micros == 0 {
+            return None;
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_micros() as i64;
+        let commit_unix = self.last_commit_time_micros
+            + crate::value::UNIX_TO_POSTGRES_EPOCH_DAYS * crate::value::USECS_PER_DAY;
+        Some((now - commit_unix).max(0) as f64 / 1e6)
+    }
 }
 
 impl Default for PipelineStats {
