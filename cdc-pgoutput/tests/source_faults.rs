@@ -58,8 +58,10 @@ async fn workload(cluster: &Cluster, round: u32) {
 }
 
 async fn finish_and_check(cluster: &Cluster, handle: &MemoryHandle) {
-    let running = spawn(options(cluster, &TABLES), handle);
-    wait_for_equal(cluster, handle, &TABLES, Duration::from_secs(120)).await;
+    let mut running = spawn(options(cluster, &TABLES), handle);
+    running
+        .wait_for_equal(cluster, handle, &TABLES, Duration::from_secs(120))
+        .await;
     running.stop().await;
     assert!(
         handle.duplicate_positions().is_empty(),
@@ -87,9 +89,23 @@ async fn consumer_killed_at_random_points_recovers_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_killed_mid_snapshot_redoes_it_with_a_restart_marker() {
-    let cluster = setup(30_000).await;
+    let cluster = setup(100_000).await;
     let handle = MemoryHandle::default();
-    let running = spawn(options(&cluster, &TABLES), &handle);
+    // Small batches and frequent checkpoints, so durable checkpoints fall inside the copy.
+    let mut source_options = options(&cluster, &TABLES);
+    source_options.config.batch.max_events = 500;
+    let pipeline = Pipeline::new(
+        PgSource::new(source_options),
+        handle.sink(),
+        PipelineConfig {
+            checkpoint_interval: Duration::from_millis(5),
+            ..PipelineConfig::default()
+        },
+    );
+    let running = Running {
+        shutdown: pipeline.shutdown_handle(),
+        task: tokio::spawn(pipeline.run()),
+    };
     // Wait for some durable snapshot rows, then crash before the snapshot completes.
     let got_rows = handle
         .wait_until(Duration::from_secs(60), |h| {
@@ -100,6 +116,10 @@ async fn consumer_killed_mid_snapshot_redoes_it_with_a_restart_marker() {
     let _ = running.task.await;
     handle.simulate_crash();
     assert!(got_rows, "no durable checkpoint fell inside the snapshot");
+    assert!(
+        handle.durable_token().is_some_and(|t| t.snapshot.is_some()),
+        "the snapshot completed before the crash; the test needs a bigger table"
+    );
     workload(&cluster, 1).await;
     finish_and_check(&cluster, &handle).await;
     {

@@ -260,11 +260,32 @@ async fn start_streaming(
     let Some(pgoutput) = source.pgoutput.clone() else {
         return Err(Error::protocol("internal: streaming before start"));
     };
+    let walsender = repl.backend_pid();
     let stream = repl
         .start_replication(&source.slot, start, &pgoutput, source.options.stream)
         .await?;
     stream.set_flushed(source.confirmed);
     source.stream = Some(stream);
     source.phase = Phase::Streaming;
-    Ok(())
+    verify_slot_after_start(source, walsender).await
+}
+
+/// Checks the slot again once streaming started: it must be ours (held by our walsender),
+/// valid, pgoutput, and in our database — a slot changed between the checks at start and
+/// `START_REPLICATION` is caught here, before any event is delivered.
+async fn verify_slot_after_start(source: &PgSource, walsender: i32) -> Result<()> {
+    let sql = connect_sql(&source.options.config.connection).await?;
+    let info = crate::conn::inspect_slot(&sql, &source.slot).await?;
+    let database = source
+        .identity
+        .as_ref()
+        .map_or(source.options.config.connection.dbname.as_str(), |i| {
+            i.database.as_str()
+        });
+    let problems =
+        crate::conn::slot_problems(&source.slot, info.as_ref(), database, true, Some(walsender));
+    match problems.first() {
+        Some(problem) => Err(problem.to_error()),
+        None => Ok(()),
+    }
 }
