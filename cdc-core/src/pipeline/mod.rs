@@ -169,7 +169,7 @@ impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
         // (reconnect with backoff, retake a snapshot). One batch waits in the channel.
         let (batch_tx, mut batch_rx) = mpsc::channel(1);
         let (stop_tx, stop_rx) = oneshot::channel();
-        let source = std::mem::replace(&mut self.source, None);
+        let source = self.source.take();
         let Some(source) = source else {
             return Err(Error::config(
                 "the pipeline's source is gone (run called twice?)",

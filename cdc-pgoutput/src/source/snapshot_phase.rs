@@ -28,10 +28,9 @@ pub(crate) struct SnapshotPhase {
 }
 
 impl SnapshotPhase {
-    /// Wraps running workers. `restarted` puts a [`SnapshotMarker::Restarted`] first.
+    /// Wraps running workers (their channel and tasks). `restarted` puts a [`SnapshotMarker::Restarted`] first.
     pub(crate) fn new(
-        rx: mpsc::Receiver<CopyMessage>,
-        workers: JoinSet<()>,
+        (rx, workers): (mpsc::Receiver<CopyMessage>, JoinSet<()>),
         tables: Arc<Vec<CatalogTable>>,
         items_per_table: Vec<usize>,
         consistent_point: Lsn,

@@ -183,7 +183,7 @@ pub(super) async fn begin_snapshot(
         source.options.snapshot_workers > 1 && source.server_version >= 140000,
     );
     let per_table = copy::items_per_table(&items, source.tables.len());
-    let (rx, workers) = copy::spawn_workers(
+    let workers = copy::spawn_workers(
         source.options.config.connection.clone(),
         snapshot_name,
         source.tables.clone(),
@@ -193,7 +193,6 @@ pub(super) async fn begin_snapshot(
     );
     let mut out = VecDeque::new();
     let phase = SnapshotPhase::new(
-        rx,
         workers,
         source.tables.clone(),
         per_table,
