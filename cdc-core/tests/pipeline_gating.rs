@@ -212,6 +212,9 @@ struct SinkState {
 struct ScriptedSink {
     state: Arc<Mutex<SinkState>>,
     acks: Option<Acknowledger>,
+    /// Whether to keep the Acknowledger (a sink acknowledging only by return value may
+    /// drop it).
+    keep_acks: bool,
     /// Per call: 0 = acknowledge now, n = acknowledge after n ms from a spawned task.
     delays: Vec<u64>,
     call: usize,
@@ -228,7 +231,9 @@ impl ScriptedSink {
 #[async_trait]
 impl Sink for ScriptedSink {
     async fn open(&mut self, acks: Acknowledger) -> Result<Option<ResumeToken>> {
-        self.acks = Some(acks);
+        if self.keep_acks {
+            self.acks = Some(acks);
+        }
         let mut s = self.state.lock().unwrap();
         s.volatile_log.clear();
         s.completed_position = s.durable_position;
@@ -326,6 +331,24 @@ fn run_scenario(
     crash_after_ms: Vec<u64>,
     completion: bool,
 ) -> std::result::Result<(), TestCaseError> {
+    run_scenario_with(
+        tx_sizes,
+        batch_sizes,
+        delays,
+        crash_after_ms,
+        completion,
+        true,
+    )
+}
+
+fn run_scenario_with(
+    tx_sizes: Vec<(usize, bool)>,
+    batch_sizes: Vec<usize>,
+    delays: Vec<u64>,
+    crash_after_ms: Vec<u64>,
+    completion: bool,
+    keep_acks: bool,
+) -> std::result::Result<(), TestCaseError> {
     let mode = if completion {
         CommitMode::Completion
     } else {
@@ -380,6 +403,7 @@ fn run_scenario(
             let sink = ScriptedSink {
                 state: sink_state.clone(),
                 acks: None,
+                keep_acks,
                 delays: delays.clone(),
                 call: 0,
             };
@@ -463,4 +487,12 @@ fn asynchronous_acknowledgements_with_crashes() {
         false,
     )
     .unwrap();
+}
+
+#[test]
+fn a_sink_that_drops_its_acknowledger_still_streams() {
+    // Every write and checkpoint acknowledged by return value; the dropped Acknowledger
+    // must not stall (or spin) the pipeline.
+    let txs = [4, 2, 0, 7].map(|n| (n, false)).to_vec();
+    run_scenario_with(txs, vec![3], vec![0], vec![], false, false).unwrap();
 }

@@ -176,6 +176,7 @@ impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
             ));
         };
         let reader = AbortOnDrop(Some(tokio::spawn(read_source(source, batch_tx, stop_rx))));
+        let mut acks_open = true;
         let result = async {
             let end = loop {
                 if *shutdown_rx.borrow() {
@@ -186,9 +187,12 @@ impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
                 tokio::select! {
                     biased;
                     _ = shutdown_rx.changed() => {}
-                    ack = ack_rx.recv() => {
-                        if let Some(ack) = ack {
-                            Self::on_ack(&self.stats, &mut state, ack);
+                    ack = ack_rx.recv(), if acks_open => {
+                        match ack {
+                            Some(ack) => Self::on_ack(&self.stats, &mut state, ack),
+                            // A sink that acknowledges only by return value may drop its
+                            // Acknowledger; stop listening instead of spinning.
+                            None => acks_open = false,
                         }
                     }
                     _ = checkpoint_timer.tick() => {

@@ -203,6 +203,8 @@ impl PgSource {
                 .or(self.covered_end)
                 .is_some_and(|c| c >= end)
                 || self.idle_wal_end >= end
+                // Already confirmed at or past the end when the stream started.
+                || (self.confirmed >= end && self.pending.is_empty() && self.inbox.is_empty())
         })
     }
 
