@@ -1,0 +1,481 @@
+//! The command line: every subcommand's flags, the exit codes, and the error type commands
+//! return.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cdc_core::{CommitMode, ErrorKind, Lsn};
+use cdc_sinks::feldera::{ArrayBoundsPolicy, NonFinitePolicy, OutOfRangePolicy, TruncatePolicy};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Success: the stream reached `--end-lsn`, a snapshot-only run finished, or a shutdown
+/// was requested (Ctrl-C, SIGTERM) and completed.
+pub const EXIT_OK: u8 = 0;
+/// Any other failure (I/O, the demo's local cluster could not start, an internal error).
+pub const EXIT_OTHER: u8 = 1;
+/// Invalid command line.
+pub const EXIT_USAGE: u8 = 2;
+/// Configuration error: a flag, the connection string, the credentials or the source
+/// database's setup is wrong. Fix it, then rerun.
+pub const EXIT_CONFIG: u8 = 3;
+/// Temporary failure: the server is unreachable or went away. Rerun to resume without loss.
+pub const EXIT_TRANSIENT: u8 = 4;
+/// The stream cannot resume (slot missing, invalidated, or not the one the saved position
+/// came from): start over with a new snapshot.
+pub const EXIT_RESYNC: u8 = 5;
+/// The server sent something this version cannot interpret.
+pub const EXIT_PROTOCOL: u8 = 6;
+/// The sink (output files, stdout) failed.
+pub const EXIT_SINK: u8 = 7;
+/// A value the output policy refuses (e.g. NaN): choose a policy or change the data.
+pub const EXIT_REJECTED: u8 = 8;
+/// Interrupted twice: stopped without the final checkpoint (a restart resumes from the
+/// previous one).
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// The exit code for an error of `kind`.
+pub fn exit_code(kind: ErrorKind) -> u8 {
+    match kind {
+        ErrorKind::Config => EXIT_CONFIG,
+        ErrorKind::Transient => EXIT_TRANSIENT,
+        ErrorKind::ResyncRequired => EXIT_RESYNC,
+        ErrorKind::Protocol => EXIT_PROTOCOL,
+        ErrorKind::Sink => EXIT_SINK,
+        ErrorKind::Rejected => EXIT_REJECTED,
+    }
+}
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0    success (end position reached, snapshot-only run done, or stopped by Ctrl-C/SIGTERM)
+  1    other failure (I/O, the demo cluster could not start)
+  2    invalid command line
+  3    configuration error: flags, connection string, credentials or source setup
+  4    transient error: server unreachable or gone; rerun to resume without loss
+  5    resync required: slot missing or invalidated; start over with a new snapshot
+  6    protocol error: the server sent data this version cannot interpret
+  7    sink error: the output (files, stdout) failed
+  8    value rejected by an output policy (e.g. NaN); choose a policy with --on-...
+  130  interrupted twice: stopped without a final checkpoint
+
+Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=info,cdc_pgoutput=debug) to choose what is
+logged, and --log-format json for one JSON object per line.";
+
+/// Change data capture from PostgreSQL (logical replication, pgoutput) into Feldera-style
+/// JSON.
+#[derive(Debug, Parser)]
+#[command(name = "pgcdc", version, after_help = EXIT_CODES)]
+pub struct Cli {
+    /// Options for every command.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options shared by every command.
+#[derive(Clone, Debug, Args)]
+pub struct GlobalArgs {
+    /// No progress bar, status lines or summary on stderr (errors are still printed).
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    /// Format of log lines on stderr (what is logged is chosen by RUST_LOG).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start a throwaway local PostgreSQL (or use --uri), run a live workload on a small
+    /// schema and stream its changes as Feldera JSON to stdout. Ctrl-C stops it cleanly.
+    #[command(after_help = EXIT_CODES)]
+    Demo(DemoArgs),
+    /// Stream a publication's tables: an initial snapshot, then every change, to stdout or
+    /// to one durable Feldera JSON file per table (--out-dir; rerunning resumes exactly).
+    #[command(after_help = EXIT_CODES)]
+    Stream(StreamArgs),
+    /// Check that a source is ready to stream; list every problem with its fix. Exits
+    /// non-zero if any problem must be fixed first.
+    #[command(after_help = EXIT_CODES)]
+    Check(CheckArgs),
+    /// List the database's replication slots with their lag and WAL status.
+    #[command(after_help = EXIT_CODES)]
+    Slots(SlotsArgs),
+    /// Drop a replication slot (it stops retaining WAL; a stream using it cannot resume).
+    #[command(name = "drop-slot", after_help = EXIT_CODES)]
+    DropSlot(DropSlotArgs),
+}
+
+/// `pgcdc demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Use this database instead of a throwaway local cluster (libpq URI or key=value
+    /// string). The demo creates schema `pgcdc_demo`, publication and slot `pgcdc_demo`
+    /// there and drops them at exit.
+    #[arg(long)]
+    pub uri: Option<String>,
+    /// Stop by itself after this long (e.g. `30`, `30s`, `2m`); default: until Ctrl-C.
+    #[arg(long, value_parser = parse_duration, value_name = "SECS")]
+    pub duration: Option<Duration>,
+    /// Workload transactions per second.
+    #[arg(long, default_value_t = 5.0)]
+    pub rate: f64,
+    /// Orders in the table before the snapshot.
+    #[arg(long, default_value_t = 20_000)]
+    pub seed_rows: u32,
+    /// Interval of the status line on stderr.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub status_interval: Duration,
+}
+
+/// How to reach the source.
+#[derive(Clone, Debug, Args)]
+pub struct ConnArgs {
+    /// Connection string: libpq URI (`postgres://user:pass@host:5432/db?sslmode=require`)
+    /// or key=value form (`host=db dbname=shop user=cdc`).
+    #[arg(long)]
+    pub uri: String,
+}
+
+/// What to stream.
+#[derive(Clone, Debug, Args)]
+pub struct SourceArgs {
+    /// Connection.
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// The publication to stream.
+    #[arg(long)]
+    pub publication: String,
+    /// A table to stream, schema-qualified (`public.orders`, `"MySchema"."Orders"`);
+    /// repeat for several. Default: every table of the publication.
+    #[arg(long = "table", value_name = "SCHEMA.TABLE")]
+    pub tables: Vec<String>,
+    /// The replication slot (default: `pgcdc_` plus a hash of host, port, database and
+    /// publication).
+    #[arg(long)]
+    pub slot: Option<String>,
+}
+
+/// `pgcdc stream`.
+#[derive(Debug, Args)]
+pub struct StreamArgs {
+    /// Source.
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// `initial`: copy existing rows first, then stream; `never`: stream changes only;
+    /// `initial-only`: copy existing rows and stop (uses a temporary slot).
+    #[arg(long, value_enum, default_value_t = SnapshotArg::Initial)]
+    pub snapshot: SnapshotArg,
+    /// When the slot may advance. `checkpoint` (default): after the output is durable —
+    /// nothing is lost across crashes. `completion`: once written — faster, but only
+    /// at-least-once for stateless outputs (stdout); after a crash, --out-dir needs a resync.
+    #[arg(long, value_enum, default_value_t = CommitModeArg::Checkpoint)]
+    pub commit_mode: CommitModeArg,
+    /// How often the output is checkpointed (made durable with its resume position), e.g.
+    /// `1s`, `500ms`.
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    pub checkpoint_interval: Duration,
+    /// Output format on stdout: Feldera JSON envelopes with a `table` key, one JSON
+    /// object per event (`json`, debugging), or readable text.
+    #[arg(long, value_enum, default_value_t = FormatArg::Feldera)]
+    pub format: FormatArg,
+    /// Write one Feldera JSON file per table into this directory instead of stdout,
+    /// durably with its resume position (`pgcdc-checkpoint.json`): rerunning the same
+    /// command resumes exactly where it stopped, without duplicates.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
+    /// With --out-dir: one file per table (default) or one `changes.json` for all.
+    #[arg(long, value_enum, default_value_t = LayoutArg::PerTable, requires = "out_dir")]
+    pub layout: LayoutArg,
+    /// Output policies for what Feldera cannot express.
+    #[command(flatten)]
+    pub policies: PolicyArgs,
+    /// Stop cleanly once the stream reaches this WAL position (e.g. `16/B374D848`).
+    #[arg(long, value_name = "LSN")]
+    pub end_lsn: Option<Lsn>,
+    /// Create the replication slot if it does not exist, or replace it when a new initial
+    /// snapshot needs a new one. Without it, a missing slot is an error.
+    #[arg(long)]
+    pub create_slot: bool,
+    /// Create the publication (`CREATE PUBLICATION name FOR TABLE ...` with the --table
+    /// tables) if it does not exist.
+    #[arg(long, requires = "tables")]
+    pub create_publication: bool,
+    /// Summary printed to stderr at exit.
+    #[arg(long, value_enum, default_value_t = SummaryArg::Text)]
+    pub summary: SummaryArg,
+    /// Interval of the status line on stderr.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub status_interval: Duration,
+    /// Connections copying the initial snapshot in parallel.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub snapshot_workers: u16,
+}
+
+/// Output policies.
+#[derive(Clone, Debug, Args)]
+pub struct PolicyArgs {
+    /// Float or numeric NaN/±Infinity: fail (`error`), write `null`, or write the text
+    /// (`"NaN"`) as a string.
+    #[arg(long, value_enum, default_value_t = ValuePolicyArg::Error)]
+    pub on_non_finite: ValuePolicyArg,
+    /// Dates/timestamps outside 0001..9999 and ±infinity: `error`, `null` or `string`.
+    #[arg(long, value_enum, default_value_t = ValuePolicyArg::Error)]
+    pub on_out_of_range: ValuePolicyArg,
+    /// Arrays whose lower bound is not 1: `error`, `drop-bounds` or `string`.
+    #[arg(long, value_enum, default_value_t = ArrayBoundsArg::Error)]
+    pub on_array_bounds: ArrayBoundsArg,
+    /// TRUNCATE: `error`, `skip` (keep the rows downstream), or `marker` (a record
+    /// Feldera rejects; only for stdout or --layout multiplexed).
+    #[arg(long, value_enum, default_value_t = TruncateArg::Error)]
+    pub on_truncate: TruncateArg,
+}
+
+impl PolicyArgs {
+    /// The sink policies.
+    pub fn policies(&self) -> cdc_sinks::Policies {
+        cdc_sinks::Policies {
+            non_finite: match self.on_non_finite {
+                ValuePolicyArg::Error => NonFinitePolicy::Error,
+                ValuePolicyArg::Null => NonFinitePolicy::Null,
+                ValuePolicyArg::String => NonFinitePolicy::String,
+            },
+            out_of_range: match self.on_out_of_range {
+                ValuePolicyArg::Error => OutOfRangePolicy::Error,
+                ValuePolicyArg::Null => OutOfRangePolicy::Null,
+                ValuePolicyArg::String => OutOfRangePolicy::String,
+            },
+            array_bounds: match self.on_array_bounds {
+                ArrayBoundsArg::Error => ArrayBoundsPolicy::Error,
+                ArrayBoundsArg::DropBounds => ArrayBoundsPolicy::DropBounds,
+                ArrayBoundsArg::String => ArrayBoundsPolicy::String,
+            },
+            truncate: match self.on_truncate {
+                TruncateArg::Error => TruncatePolicy::Error,
+                TruncateArg::Skip => TruncatePolicy::Skip,
+                TruncateArg::Marker => TruncatePolicy::Marker,
+            },
+        }
+    }
+}
+
+/// `--snapshot`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SnapshotArg {
+    /// Copy existing rows, then stream.
+    Initial,
+    /// Stream changes only.
+    Never,
+    /// Copy existing rows and stop.
+    InitialOnly,
+}
+
+/// `--commit-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CommitModeArg {
+    /// The slot follows durable checkpoints.
+    Checkpoint,
+    /// The slot follows what was written.
+    Completion,
+}
+
+impl From<CommitModeArg> for CommitMode {
+    fn from(value: CommitModeArg) -> Self {
+        match value {
+            CommitModeArg::Checkpoint => CommitMode::Checkpoint,
+            CommitModeArg::Completion => CommitMode::Completion,
+        }
+    }
+}
+
+/// `--format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// Feldera JSON envelopes, one per line, with a `table` key.
+    Feldera,
+    /// One JSON object per event (with transaction boundaries and positions).
+    Json,
+    /// Readable text.
+    Text,
+}
+
+/// `--layout`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LayoutArg {
+    /// `schema.table.json` per table.
+    PerTable,
+    /// One `changes.json` with a `table` key in every envelope.
+    Multiplexed,
+}
+
+/// `--on-non-finite`, `--on-out-of-range`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ValuePolicyArg {
+    /// Stop with an error naming table, column and position.
+    Error,
+    /// Write JSON null.
+    Null,
+    /// Write Postgres's text as a JSON string.
+    String,
+}
+
+/// `--on-array-bounds`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ArrayBoundsArg {
+    /// Stop with an error.
+    Error,
+    /// Write the elements, dropping the bounds.
+    DropBounds,
+    /// Write Postgres's text as a JSON string.
+    String,
+}
+
+/// `--on-truncate`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TruncateArg {
+    /// Stop with an error.
+    Error,
+    /// Write nothing (counted and logged).
+    Skip,
+    /// Write a truncate record.
+    Marker,
+}
+
+/// `--summary`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SummaryArg {
+    /// Readable lines.
+    Text,
+    /// One JSON object.
+    Json,
+    /// No summary.
+    None,
+}
+
+/// `pgcdc check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Source.
+    #[command(flatten)]
+    pub source: SourceArgs,
+}
+
+/// `pgcdc slots`.
+#[derive(Debug, Args)]
+pub struct SlotsArgs {
+    /// Connection.
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// Print one JSON object per slot instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `pgcdc drop-slot`.
+#[derive(Debug, Args)]
+pub struct DropSlotArgs {
+    /// The slot.
+    pub name: String,
+    /// Connection.
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// Wait for a connection still using the slot to release it instead of failing.
+    #[arg(long)]
+    pub wait: bool,
+    /// Succeed when the slot does not exist.
+    #[arg(long)]
+    pub if_exists: bool,
+}
+
+/// A command's failure: the exit code and a message for stderr.
+#[derive(Debug)]
+pub struct CliError {
+    /// The exit code.
+    pub code: u8,
+    /// What failed (printed after `pgcdc: `).
+    pub message: String,
+}
+
+impl CliError {
+    /// A failure with exit code [`EXIT_OTHER`].
+    pub fn other(message: impl Into<String>) -> Self {
+        CliError {
+            code: EXIT_OTHER,
+            message: format!("error: {}", message.into()),
+        }
+    }
+
+    /// A command line that parses but does not make sense ([`EXIT_USAGE`]).
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError {
+            code: EXIT_USAGE,
+            message: format!("error: {}", message.into()),
+        }
+    }
+}
+
+impl From<cdc_core::Error> for CliError {
+    fn from(e: cdc_core::Error) -> Self {
+        CliError {
+            code: exit_code(e.kind()),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Parses `500ms`, `1s`, `2.5s`, `3m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 1s, 2m)"))?;
+    let seconds = match unit.trim() {
+        "ms" => value / 1000.0,
+        "" | "s" => value,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?}: use ms, s, m or h"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_and_without_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("1d").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

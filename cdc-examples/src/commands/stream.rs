@@ -1,0 +1,120 @@
+//! `pgcdc stream`: a publication's tables — initial snapshot, then every change — to
+//! stdout or to durable, exactly-once Feldera JSON files.
+
+use std::io::BufWriter;
+use std::process::ExitCode;
+
+use cdc_core::{CommitMode, PipelineConfig};
+use cdc_pgoutput::conn::{SnapshotMode, connect_sql};
+use cdc_pgoutput::source::{PgSource, PgSourceOptions};
+use cdc_sinks::{
+    EncoderOptions, FelderaFileSink, FelderaStreamSink, FileLayout, FileSinkOptions, Framing,
+    StdoutFormat, StdoutSink,
+};
+
+use super::{RunOptions, RunOutcome, ensure_publication, ready_to_stream, run_pipeline};
+use crate::cli::{
+    CliError, CommitModeArg, FormatArg, GlobalArgs, LayoutArg, SnapshotArg, StreamArgs,
+};
+use crate::source_guard::{GuardedSource, SlotPermission};
+
+/// Runs `pgcdc stream`.
+pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliError> {
+    if args.out_dir.is_some() && args.format != FormatArg::Feldera {
+        return Err(CliError::usage(
+            "--out-dir writes Feldera JSON files; --format json and text are for stdout only",
+        ));
+    }
+    let quiet = global.quiet;
+    let mut config = super::source_config(&args.source)?;
+    config.snapshot = match args.snapshot {
+        SnapshotArg::Never => SnapshotMode::Never,
+        SnapshotArg::Initial | SnapshotArg::InitialOnly => SnapshotMode::Initial,
+    };
+    config.commit_mode = CommitMode::from(args.commit_mode);
+    if args.commit_mode == CommitModeArg::Completion && args.out_dir.is_some() && !quiet {
+        eprintln!(
+            "pgcdc: warning: --commit-mode completion with --out-dir: a crash can lose the changes written since the last checkpoint (the slot has moved past them); the restart then reports that a resync is needed"
+        );
+    }
+
+    let client = connect_sql(&config.connection).await?;
+    if args.create_publication && ensure_publication(&client, &config).await? && !quiet {
+        eprintln!(
+            "pgcdc: created publication {:?} for {}",
+            config.publication,
+            args.source.tables.join(", ")
+        );
+    }
+    let report = ready_to_stream(&client, &config, quiet).await?;
+    drop(client);
+
+    let permission = SlotPermission {
+        slot: config.slot_name(),
+        exists: report.slot.is_some(),
+        may_create: args.create_slot,
+        wants_snapshot: args.snapshot != SnapshotArg::Never,
+        temporary: args.snapshot == SnapshotArg::InitialOnly,
+    };
+    let mut options = PgSourceOptions::new(config.clone());
+    options.snapshot_only = args.snapshot == SnapshotArg::InitialOnly;
+    options.end_lsn = args.end_lsn;
+    options.snapshot_workers = usize::from(args.snapshot_workers);
+    let source = GuardedSource::new(PgSource::new(options), permission);
+    let pipeline = PipelineConfig {
+        commit_mode: config.commit_mode,
+        checkpoint_interval: args.checkpoint_interval,
+        ..PipelineConfig::default()
+    };
+    let run = RunOptions {
+        command: "stream",
+        quiet,
+        status_interval: args.status_interval,
+        summary: args.summary,
+        stop_after: None,
+    };
+    let policies = args.policies.policies();
+    let outcome = match (&args.out_dir, args.format) {
+        (Some(dir), _) => {
+            let mut file = FileSinkOptions::new(dir);
+            file.layout = match args.layout {
+                LayoutArg::PerTable => FileLayout::PerTable,
+                LayoutArg::Multiplexed => FileLayout::Multiplexed,
+            };
+            file.encoder = EncoderOptions {
+                policies,
+                table_key: file.layout == FileLayout::Multiplexed,
+            };
+            run_pipeline(source, FelderaFileSink::new(file)?, pipeline, &run).await?
+        }
+        (None, FormatArg::Feldera) => {
+            let encoder = EncoderOptions {
+                policies,
+                table_key: true,
+            };
+            let sink = FelderaStreamSink::new(stdout(), encoder, Framing::Lines);
+            run_pipeline(source, sink, pipeline, &run).await?
+        }
+        (None, FormatArg::Json) => {
+            let sink = StdoutSink::new(stdout(), StdoutFormat::Json);
+            run_pipeline(source, sink, pipeline, &run).await?
+        }
+        (None, FormatArg::Text) => {
+            let sink = StdoutSink::new(stdout(), StdoutFormat::Text);
+            run_pipeline(source, sink, pipeline, &run).await?
+        }
+    };
+    finish(outcome)
+}
+
+/// Buffered stdout; the sinks flush it at every checkpoint and at the end.
+fn stdout() -> BufWriter<std::io::Stdout> {
+    BufWriter::with_capacity(64 * 1024, std::io::stdout())
+}
+
+fn finish(outcome: RunOutcome) -> Result<ExitCode, CliError> {
+    match outcome.result {
+        Ok(_) => Ok(ExitCode::SUCCESS),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,380 @@
+//! [`CountingSink`]: wraps any [`Sink`] and counts what reaches it, per table and
+//! operation, for summaries and progress displays.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use cdc_core::{
+    Ack, Acknowledger, ChangeEvent, EventKind, Lsn, Result, ResumeToken, Sink, SinkBatch,
+    SnapshotMarker, TableName,
+};
+use serde::Serialize;
+
+/// Changes of one table (or of all tables), by operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OpCounts {
+    /// Rows copied by the initial snapshot.
+    pub snapshot: u64,
+    /// Streamed inserts.
+    pub insert: u64,
+    /// Streamed updates.
+    pub update: u64,
+    /// Streamed deletes.
+    pub delete: u64,
+    /// TRUNCATE statements that included the table.
+    pub truncate: u64,
+}
+
+impl OpCounts {
+    /// Every change, snapshot rows included.
+    pub fn total(&self) -> u64 {
+        self.snapshot + self.insert + self.update + self.delete + self.truncate
+    }
+
+    /// Adds `other`'s counts.
+    pub fn add(&mut self, other: &OpCounts) {
+        self.snapshot += other.snapshot;
+        self.insert += other.insert;
+        self.update += other.update;
+        self.delete += other.delete;
+        self.truncate += other.truncate;
+    }
+}
+
+/// Everything counted so far. Only batches the inner sink accepted are counted.
+#[derive(Clone, Debug, Default)]
+pub struct Counts {
+    /// Changes per table.
+    pub tables: BTreeMap<TableName, OpCounts>,
+    /// Transactions (commits) written.
+    pub transactions: u64,
+    /// Commit LSN of the first transaction written.
+    pub first_lsn: Option<Lsn>,
+    /// Commit LSN of the last transaction written.
+    pub last_lsn: Option<Lsn>,
+    /// A snapshot is being copied (between its start and completion markers).
+    pub snapshot_running: bool,
+    /// The snapshot's completion marker was written.
+    pub snapshot_complete: bool,
+    /// Rows of the current snapshot written so far.
+    pub snapshot_rows: u64,
+    /// Tables whose snapshot copy completed.
+    pub snapshot_tables_done: u64,
+    /// When the sink was opened (the run started).
+    pub opened: Option<Instant>,
+    /// When the current snapshot started (its first rows may arrive in the same batch as
+    /// its completion, so this is the run's start when the first batch starts it).
+    pub snapshot_started: Option<Instant>,
+    /// How long the snapshot took, once complete.
+    pub snapshot_duration_secs: Option<f64>,
+    /// The slot's consistent point, once the snapshot completed.
+    pub consistent_point: Option<Lsn>,
+}
+
+impl Counts {
+    /// The counts over all tables.
+    pub fn totals(&self) -> OpCounts {
+        let mut total = OpCounts::default();
+        for counts in self.tables.values() {
+            total.add(counts);
+        }
+        total
+    }
+
+    /// Streamed changes (not snapshot rows) over all tables.
+    pub fn streamed_changes(&self) -> u64 {
+        let t = self.totals();
+        t.insert + t.update + t.delete + t.truncate
+    }
+
+    fn record(&mut self, event: &ChangeEvent) {
+        let now = || Instant::now();
+        match &event.kind {
+            EventKind::Insert { table, .. } => {
+                let counts = self.tables.entry(table.name.clone()).or_default();
+                if self.snapshot_running {
+                    counts.snapshot += 1;
+                    self.snapshot_rows += 1;
+                } else {
+                    counts.insert += 1;
+                }
+            }
+            EventKind::Update { table, .. } => {
+                self.tables.entry(table.name.clone()).or_default().update += 1;
+            }
+            EventKind::Delete { table, .. } => {
+                self.tables.entry(table.name.clone()).or_default().delete += 1;
+            }
+            EventKind::Truncate { tables, .. } => {
+                for table in tables {
+                    self.tables.entry(table.name.clone()).or_default().truncate += 1;
+                }
+            }
+            EventKind::Commit(commit) => {
+                self.transactions += 1;
+                self.first_lsn.get_or_insert(commit.commit_lsn);
+                self.last_lsn = Some(commit.commit_lsn);
+            }
+            EventKind::Snapshot(SnapshotMarker::Started) => {
+                self.snapshot_running = true;
+                self.snapshot_complete = false;
+                self.snapshot_started = Some(match self.opened {
+                    Some(opened) if self.transactions == 0 => opened,
+                    _ => now(),
+                });
+            }
+            EventKind::Snapshot(SnapshotMarker::Restarted) => {
+                // The sink discards the abandoned snapshot's rows; so do the counts.
+                for counts in self.tables.values_mut() {
+                    counts.snapshot = 0;
+                }
+                self.snapshot_rows = 0;
+                self.snapshot_tables_done = 0;
+            }
+            EventKind::Snapshot(SnapshotMarker::TableStarted(table)) => {
+                self.tables.entry(table.clone()).or_default();
+            }
+            EventKind::Snapshot(SnapshotMarker::TableCompleted { .. }) => {
+                self.snapshot_tables_done += 1;
+            }
+            EventKind::Snapshot(SnapshotMarker::Completed { consistent_point }) => {
+                self.snapshot_running = false;
+                self.snapshot_complete = true;
+                self.consistent_point = Some(*consistent_point);
+                self.snapshot_duration_secs = self
+                    .snapshot_started
+                    .map(|started| started.elapsed().as_secs_f64());
+            }
+            EventKind::Begin(_) | EventKind::SchemaChange { .. } | EventKind::Message { .. } => {}
+        }
+    }
+}
+
+/// A shared view of a [`CountingSink`]'s counts, readable while the pipeline runs.
+#[derive(Clone, Debug, Default)]
+pub struct Tally {
+    inner: Arc<Mutex<Counts>>,
+}
+
+impl Tally {
+    /// A copy of the counts now.
+    pub fn counts(&self) -> Counts {
+        self.lock().clone()
+    }
+
+    /// Reads the counts without copying them.
+    pub fn with<T>(&self, f: impl FnOnce(&Counts) -> T) -> T {
+        f(&self.lock())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
+        // Counting never panics while holding the lock; a poisoned lock still holds
+        // consistent counts.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Delegates everything to `inner` and counts the events of every batch `inner` accepted.
+///
+/// Counting happens after a successful `write` (so a rejected batch is not counted) and
+/// takes one short lock per batch.
+#[derive(Debug)]
+pub struct CountingSink<S> {
+    inner: S,
+    /// Kept open for the pipeline's sake: `Pipeline::run` (cdc-core as of this writing)
+    /// spins on a closed acknowledgement channel, and sinks that acknowledge
+    /// synchronously (the stream, stdout and file sinks) drop theirs at `open`.
+    acks: Option<Acknowledger>,
+    /// Counts of the batch being written, applied once the write succeeded.
+    pending: Counts,
+    tally: Tally,
+}
+
+impl<S: Sink> CountingSink<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: S) -> Self {
+        CountingSink {
+            inner,
+            acks: None,
+            pending: Counts::default(),
+            tally: Tally::default(),
+        }
+    }
+
+    /// The shared counts.
+    pub fn tally(&self) -> Tally {
+        self.tally.clone()
+    }
+
+    /// The wrapped sink.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+#[async_trait]
+impl<S: Sink> Sink for CountingSink<S> {
+    async fn open(&mut self, acks: Acknowledger) -> Result<Option<ResumeToken>> {
+        self.acks = Some(acks.clone());
+        self.tally.lock().opened = Some(Instant::now());
+        self.inner.open(acks).await
+    }
+
+    async fn write(&mut self, batch: SinkBatch) -> Result<Ack> {
+        // Count into a copy first: the state that markers carry across batches (snapshot
+        // running or not) must not change if the write fails.
+        self.pending.clone_from(&self.tally.lock());
+        for event in &batch.batch.events {
+            self.pending.record(event);
+        }
+        let ack = self.inner.write(batch).await?;
+        std::mem::swap(&mut *self.tally.lock(), &mut self.pending);
+        Ok(ack)
+    }
+
+    async fn checkpoint(&mut self, token: &ResumeToken) -> Result<Ack> {
+        self.inner.checkpoint(token).await
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        self.inner.close().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+
+    use cdc_core::{
+        BatchId, ChangeBatch, ColumnSchema, ColumnType, Position, ReplicaIdentity, SourceIdentity,
+        TableSchema, TxCommit, Value,
+    };
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Refusing {
+        fail: bool,
+    }
+
+    #[async_trait]
+    impl Sink for Refusing {
+        async fn open(&mut self, _: Acknowledger) -> Result<Option<ResumeToken>> {
+            Ok(None)
+        }
+        async fn write(&mut self, _: SinkBatch) -> Result<Ack> {
+            if self.fail {
+                Err(cdc_core::Error::sink("no"))
+            } else {
+                Ok(Ack::Done)
+            }
+        }
+        async fn checkpoint(&mut self, _: &ResumeToken) -> Result<Ack> {
+            Ok(Ack::Done)
+        }
+    }
+
+    fn schema() -> Arc<TableSchema> {
+        Arc::new(TableSchema {
+            name: TableName::new("public", "t"),
+            relation_id: 1,
+            columns: vec![ColumnSchema {
+                name: "id".into(),
+                column_type: ColumnType {
+                    oid: 23,
+                    modifier: -1,
+                    name: None,
+                },
+                nullable: false,
+                part_of_key: true,
+            }],
+            replica_identity: ReplicaIdentity::Default,
+            primary_key: vec!["id".into()],
+        })
+    }
+
+    fn batch(events: Vec<EventKind>) -> SinkBatch {
+        let mut batch = ChangeBatch::new();
+        for (i, kind) in events.into_iter().enumerate() {
+            batch.push(ChangeEvent {
+                position: Position::new(Lsn(100), i as u64),
+                kind,
+            });
+        }
+        let identity = SourceIdentity {
+            system_identifier: "1".into(),
+            timeline: 1,
+            database: "d".into(),
+            slot: "s".into(),
+        };
+        SinkBatch {
+            id: BatchId(0),
+            batch,
+            resume_token: ResumeToken::new(identity, None),
+        }
+    }
+
+    #[tokio::test]
+    async fn counts_snapshot_rows_and_streamed_changes_per_table() {
+        let t = schema();
+        let mut sink = CountingSink::new(Refusing::default());
+        let tally = sink.tally();
+        let insert = || EventKind::Insert {
+            table: t.clone(),
+            new: vec![Value::Int4(1)],
+        };
+        sink.write(batch(vec![
+            EventKind::Snapshot(SnapshotMarker::Started),
+            insert(),
+            insert(),
+        ]))
+        .await
+        .unwrap();
+        assert!(tally.counts().snapshot_running);
+        sink.write(batch(vec![
+            EventKind::Snapshot(SnapshotMarker::Completed {
+                consistent_point: Lsn(90),
+            }),
+            insert(),
+            EventKind::Delete {
+                table: t.clone(),
+                old: None,
+            },
+            EventKind::Commit(TxCommit {
+                commit_lsn: Lsn(100),
+                end_lsn: Lsn(108),
+                commit_time_micros: 0,
+            }),
+        ]))
+        .await
+        .unwrap();
+        let counts = tally.counts();
+        let table = counts.tables[&TableName::new("public", "t")];
+        assert_eq!((table.snapshot, table.insert, table.delete), (2, 1, 1));
+        assert_eq!(counts.first_lsn, Some(Lsn(100)));
+        assert!(counts.snapshot_complete && !counts.snapshot_running);
+    }
+
+    #[tokio::test]
+    async fn a_refused_batch_is_not_counted() {
+        let t = schema();
+        let mut sink = CountingSink::new(Refusing { fail: true });
+        let tally = sink.tally();
+        let result = sink
+            .write(batch(vec![
+                EventKind::Snapshot(SnapshotMarker::Started),
+                EventKind::Insert {
+                    table: t,
+                    new: vec![Value::Int4(1)],
+                },
+            ]))
+            .await;
+        assert!(result.is_err());
+        let counts = tally.counts();
+        assert!(counts.tables.is_empty() && !counts.snapshot_running);
+    }
+}
