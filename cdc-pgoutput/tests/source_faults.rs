@@ -70,21 +70,43 @@ async fn finish_and_check(cluster: &Cluster, handle: &MemoryHandle) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn consumer_killed_at_random_points_recovers_exactly_once() {
+/// Kills the consumer at the given times (ms after each start, with a workload round
+/// before each), then lets a final run catch up and checks the sink against `SELECT *`.
+async fn kill_consumer_at(crashes: &[u64]) {
     let cluster = setup(2_000).await;
     let handle = MemoryHandle::default();
-    // Crash points chosen at varied times: during the snapshot, during streaming.
-    for (round, crash_ms) in [(0u32, 150u64), (1, 900), (2, 400)] {
+    for (round, crash_ms) in crashes.iter().enumerate() {
         let running = spawn(options(&cluster, &TABLES), &handle);
-        workload(&cluster, round).await;
-        tokio::time::sleep(Duration::from_millis(crash_ms)).await;
+        workload(&cluster, round as u32).await;
+        tokio::time::sleep(Duration::from_millis(*crash_ms)).await;
         running.task.abort();
         let _ = running.task.await;
         handle.simulate_crash();
     }
     workload(&cluster, 9).await;
     finish_and_check(&cluster, &handle).await;
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 3,
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Crash points chosen by proptest: during the snapshot, mid-stream, between
+    /// checkpoints.
+    #[test]
+    fn consumer_killed_at_random_points_recovers_exactly_once(
+        crashes in proptest::collection::vec(0u64..1500, 1..4)
+    ) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(kill_consumer_at(&crashes));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
