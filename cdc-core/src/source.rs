@@ -34,7 +34,8 @@ pub trait Source: Send {
     async fn next_batch(&mut self) -> Result<Option<ChangeBatch>>;
 
     /// The token that resumes right after `batch` (its last position plus the source's
-    /// identity and any snapshot progress).
+    /// identity and any snapshot progress). Tokens never cover less than the previous
+    /// one, nor less than the resume token given to `start`.
     fn resume_token(&self, batch: &ChangeBatch) -> ResumeToken;
 
     /// The handle through which the pipeline confirms positions while a `next_batch` call
