@@ -419,7 +419,11 @@ fn run_scenario_with(
             // durability of what they were handed, which a real sink could do too.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let summary = make().run().await.unwrap();
+        // Virtual time: a pipeline that waits forever times out at once instead of hanging.
+        let summary = tokio::time::timeout(Duration::from_secs(3600), make().run())
+            .await
+            .expect("the final run never finished")
+            .unwrap();
         assert_eq!(summary.end, cdc_core::RunEnd::SourceEnded);
     });
 
@@ -519,4 +523,30 @@ fn restart_after_unconfigured_traffic_keeps_token_and_slot_in_agreement() {
         (0, true),
     ];
     run_scenario(txs, vec![3], vec![0], vec![40], false).unwrap();
+}
+
+#[test]
+fn drain_with_pending_checkpoints_after_a_crash_finishes() {
+    // Found by the property test: the final run hung in drain.
+    let txs = vec![
+        (3, false),
+        (1, false),
+        (4, false),
+        (0, false),
+        (4, false),
+        (0, true),
+        (1, false),
+        (5, false),
+        (1, false),
+        (0, true),
+        (0, true),
+        (5, false),
+        (0, true),
+        (0, false),
+        (2, false),
+        (1, false),
+        (5, false),
+        (0, true),
+    ];
+    run_scenario(txs, vec![3], vec![0, 5, 21], vec![85], false).unwrap();
 }

@@ -241,6 +241,7 @@ impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
             state.watermark.written(id, None, batch.commit_end, 0);
             state.watermark.completed(id);
             state.last_written = Some(resume_token);
+            Self::covered_by_durable(state);
             return Ok(());
         }
         if let Some(after) = state.resume_after {
@@ -271,7 +272,19 @@ impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
         if ack == Ack::Done {
             state.watermark.completed(id);
         }
+        Self::covered_by_durable(state);
         Ok(())
+    }
+
+    /// A batch whose token equals (or is covered by) one the sink already made durable —
+    /// a replay after a restart, or progress that adds nothing — is durable already; no
+    /// new checkpoint would be requested for an identical token.
+    fn covered_by_durable(state: &mut RunState) {
+        if let Some(durable) = &state.last_durable {
+            state
+                .watermark
+                .durable(durable.position, durable.commit_end);
+        }
     }
 
     async fn checkpoint(sink: &mut Si, stats: &PipelineStats, state: &mut RunState) -> Result<()> {
