@@ -53,7 +53,7 @@ impl PgSourceOptions {
             messages: MessageFilter::Off,
             streaming: Streaming::Off,
             binary: true,
-            stream_memory_limit: 64 << 20,
+            stream_memory_limit: 32 << 20,
             snapshot_workers: 2,
             snapshot_chunk_pages: 16_384,
             snapshot_only: false,

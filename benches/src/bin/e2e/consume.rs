@@ -1,0 +1,134 @@
+//! The child side of a library run: `e2e consume …` streams (or snapshots) with `PgSource`
+//! through a `Pipeline` into a counting sink or the Feldera JSON sink writing to
+//! `std::io::sink()`, then prints `key=value` lines for the parent.
+//!
+//! Options: `--uri`, `--publication pub`, `--table public.bench`, then either
+//! `--slot NAME --end LSN` (stream from a pre-created slot, no snapshot) or
+//! `--snapshot-only --workers N [--chunk-pages N]`; `--sink count|feldera`,
+//! `--format binary|text` (tuple format, default binary as the library's default),
+//! `--streaming off|on`, `--threads N` (tokio workers, default 2), and stream tuning
+//! `--read-buffer BYTES`, `--channel-capacity N`, `--max-events N`.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use benches::measure;
+use benches::sinks::{Counted, Discard};
+use cdc_core::{Lsn, Pipeline, PipelineConfig, Sink};
+use cdc_pgoutput::conn::{SnapshotMode, SourceConfig, Streaming};
+use cdc_pgoutput::source::{PgSource, PgSourceOptions};
+use cdc_sinks::feldera::{EncoderOptions, FelderaStreamSink, Framing};
+
+use crate::args::Args;
+
+/// The `consume` command: one library run; `key=value` results on stdout.
+pub fn main(args: &Args) -> ExitCode {
+    let threads = match args.value("threads", 2usize) {
+        Ok(n) => n.max(1),
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(consume(args)) {
+        Ok(lines) => {
+            println!("{lines}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("consume failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn options(args: &Args) -> Result<PgSourceOptions, String> {
+    let uri = args.required("uri")?;
+    let publication = args.get("publication").unwrap_or("pub");
+    let table = args.get("table").unwrap_or("public.bench");
+    let mut config = SourceConfig::new(uri, publication)
+        .and_then(|c| c.with_tables([table]))
+        .map_err(|e| e.to_string())?;
+    if let Some(slot) = args.get("slot") {
+        config = config.with_slot(slot).map_err(|e| e.to_string())?;
+        config.snapshot = SnapshotMode::Never;
+    }
+    if let Some(max) = args.get("max-events") {
+        config.batch.max_events = max.parse().map_err(|_| "invalid --max-events")?;
+    }
+    let mut options = PgSourceOptions::new(config);
+    if let Some(end) = args.get("end") {
+        options.end_lsn = Some(end.parse::<Lsn>().map_err(|e| format!("--end: {e}"))?);
+    }
+    options.binary = match args.get("format").unwrap_or("binary") {
+        "binary" => true,
+        "text" => false,
+        other => return Err(format!("--format {other:?}: expected binary or text")),
+    };
+    options.streaming = match args.get("streaming").unwrap_or("off") {
+        "off" => Streaming::Off,
+        "on" => Streaming::On,
+        other => return Err(format!("--streaming {other:?}: expected off or on")),
+    };
+    options.snapshot_only = args.flag("snapshot-only");
+    options.snapshot_workers = args.value("workers", options.snapshot_workers)?;
+    options.snapshot_chunk_pages = args.value("chunk-pages", options.snapshot_chunk_pages)?;
+    options.stream.read_buffer_size = args.value("read-buffer", options.stream.read_buffer_size)?;
+    options.stream.channel_capacity =
+        args.value("channel-capacity", options.stream.channel_capacity)?;
+    Ok(options)
+}
+
+async fn run<S: Sink + 'static>(
+    options: PgSourceOptions,
+    sink: Counted<S>,
+) -> Result<String, String> {
+    let counts = sink.counts();
+    let started = Instant::now();
+    let summary = Pipeline::new(PgSource::new(options), sink, PipelineConfig::default())
+        .run()
+        .await
+        .map_err(|e| e.to_string())?;
+    let elapsed = started.elapsed();
+    let usage = measure::self_usage().map_err(|e| e.to_string())?;
+    Ok(format!(
+        "changes={}\nevents={}\nbatches={}\nconfirmed={}\nelapsed_us={}\ncpu_us={}\nvmhwm_kib={}",
+        counts.changes(),
+        counts.events(),
+        counts.batches(),
+        summary.confirmed,
+        elapsed.as_micros(),
+        usage.cpu().as_micros(),
+        measure::proc_status_kib("VmHWM").unwrap_or(0),
+    ))
+}
+
+async fn consume(args: &Args) -> Result<String, String> {
+    let options = options(args)?;
+    match args.get("sink").unwrap_or("count") {
+        "count" => run(options, Counted::new(Discard)).await,
+        "feldera" => {
+            let sink = FelderaStreamSink::new(
+                std::io::sink(),
+                EncoderOptions {
+                    table_key: true,
+                    ..EncoderOptions::default()
+                },
+                Framing::Lines,
+            );
+            run(options, Counted::new(sink)).await
+        }
+        other => Err(format!("--sink {other:?}: expected count or feldera")),
+    }
+}

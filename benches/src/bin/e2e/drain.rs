@@ -1,0 +1,397 @@
+//! Streaming drain: every consumer decodes the same WAL (one slot each, all created before
+//! the workload) up to the LSN after the workload; runs alternate between consumers.
+//!
+//! Consumers (`--consumers`, comma-separated):
+//! - `recvlogical`: `pg_recvlogical` with pgoutput (`proto_version=1`, text tuples) writing
+//!   the raw messages to `/dev/null` — the anchor;
+//! - `recvlogical-binary`: the same with `binary=true`; `recvlogical-unix`,
+//!   `recvlogical-unix-binary`: over the Unix socket instead of TCP;
+//! - `lib-count`: `PgSource` → `Pipeline` → counting sink, full decode into `Value`s
+//!   (binary tuples, the library's default);
+//! - `lib-count-text`: the same with text tuples;
+//! - `lib-feldera`: `PgSource` → `Pipeline` → Feldera JSON sink to `std::io::sink()`;
+//! - `lib-feldera-text`: the same with text tuples;
+//! - `raw`: an experiment, not the library's client — see `rawread.rs` (a single-threaded
+//!   blocking reader feeding the `ChangeAssembler`; `raw+lowat=65536+timeout-ms=2`).
+//!
+//! A library consumer may carry options for its child after `+`, e.g.
+//! `lib-count+threads=1+read-buffer=65536` (see `consume.rs` for the options), and
+//! `+unix=1` connects over the Unix socket instead of TCP.
+//!
+//! Options passed through to every library consumer: `--lib-threads N`,
+//! `--read-buffer BYTES`, `--channel-capacity N`, `--max-events N`.
+
+use cdc_testkit::Cluster;
+
+use benches::report::{Table, thousands};
+use benches::row;
+
+use crate::args::Args;
+use crate::runner::{self, Run, Server, median, mib, secs};
+
+/// The pgoutput workload: inserts, then updates of 20% and deletes of 10% of the rows, in
+/// transactions of `txn_rows` rows each.
+struct Workload {
+    rows: u64,
+    txn_rows: u64,
+    updates: u64,
+    deletes: u64,
+}
+
+impl Workload {
+    fn changes(&self) -> u64 {
+        self.rows + self.updates + self.deletes
+    }
+
+    /// One `DO` block per phase, committing every `txn_rows` rows.
+    fn phases(&self) -> Vec<(String, String)> {
+        let t = self.txn_rows;
+        let batches = |n: u64| n.div_ceil(t).max(1) - 1;
+        let insert =
+            row::insert_select_sql("public.bench", "b * $T + 1", "LEAST((b + 1) * $T, $N)")
+                .replace("$T", &t.to_string())
+                .replace("$N", &self.rows.to_string());
+        let first_deleted = self.rows - self.deletes + 1;
+        let mut phases = vec![(
+            format!("insert {} rows", self.rows),
+            format!(
+                "DO $$ BEGIN FOR b IN 0..{} LOOP {insert}; COMMIT; END LOOP; END $$",
+                batches(self.rows)
+            ),
+        )];
+        if self.updates > 0 {
+            phases.push((
+                format!("update {} rows", self.updates),
+                format!(
+                    "DO $$ BEGIN FOR b IN 0..{} LOOP \
+                     UPDATE public.bench SET qty = qty + 1, name = name || '!', score = score + 1 \
+                     WHERE id BETWEEN b * {t} + 1 AND LEAST((b + 1) * {t}, {}); COMMIT; END LOOP; END $$",
+                    batches(self.updates),
+                    self.updates
+                ),
+            ));
+        }
+        if self.deletes > 0 {
+            phases.push((
+                format!("delete {} rows", self.deletes),
+                format!(
+                    "DO $$ BEGIN FOR b IN 0..{} LOOP \
+                     DELETE FROM public.bench WHERE id BETWEEN {first_deleted} + b * {t} \
+                     AND LEAST({first_deleted} + (b + 1) * {t} - 1, {}); COMMIT; END LOOP; END $$",
+                    batches(self.deletes),
+                    self.rows
+                ),
+            ));
+        }
+        phases
+    }
+}
+
+/// A cluster tuned for bulk loading and many slots (settings are the same in every
+/// scenario so results compare).
+pub async fn bench_cluster(extra: &[(&str, &str)]) -> Result<Cluster, String> {
+    let mut builder = Cluster::builder()
+        .setting("shared_buffers", "256MB")
+        .setting("max_wal_size", "8GB")
+        .setting("checkpoint_timeout", "30min")
+        .setting("synchronous_commit", "off")
+        .setting("max_replication_slots", "32")
+        .setting("max_wal_senders", "32")
+        .setting("max_connections", "60");
+    for (name, value) in extra {
+        builder = builder.setting(*name, *value);
+    }
+    builder
+        .build()
+        .await
+        .map_err(|e| format!("cannot start a cluster: {e}"))
+}
+
+/// The row's table and a publication `pub` for it.
+pub async fn create_table(cluster: &Cluster) -> Result<(), String> {
+    cluster
+        .execute(&format!(
+            "{}; CREATE PUBLICATION pub FOR TABLE public.bench",
+            row::create_table_sql("public.bench")
+        ))
+        .await
+        .map_err(|e| format!("creating the table: {e}"))
+}
+
+/// Creates a pgoutput slot (on its own, outside any write transaction).
+pub async fn create_slot(cluster: &Cluster, slot: &str) -> Result<(), String> {
+    cluster
+        .execute(&format!(
+            "SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')"
+        ))
+        .await
+        .map_err(|e| format!("creating slot {slot}: {e}"))
+}
+
+/// The command of a streaming consumer of `slot` up to `end`.
+pub fn stream_consumer(
+    cluster: &Cluster,
+    consumer: &str,
+    slot: &str,
+    end: &str,
+    args: &Args,
+    extra: &[&str],
+) -> Result<(std::process::Command, Server), String> {
+    let server = Server::Slot(slot.to_owned());
+    if let Some(mode) = consumer.strip_prefix("recvlogical") {
+        // `recvlogical-unix…`: over the Unix socket instead of TCP to 127.0.0.1.
+        let (host, mode) = match mode.strip_prefix("-unix") {
+            Some(rest) => (cluster.socket_dir().to_string_lossy().into_owned(), rest),
+            None => (cluster.host().to_owned(), mode),
+        };
+        let mut cmd = runner::pg_program(cluster, "pg_recvlogical");
+        cmd.args(["-h", &host, "-p", &cluster.port().to_string()])
+            .args(["-U", "postgres", "-d", "postgres", "-S", slot])
+            .args(["--start", "-E", end, "--no-loop", "-f", "/dev/null"])
+            .args(["-o", "proto_version=1", "-o", "publication_names=pub"]);
+        match mode {
+            "" => {}
+            "-binary" => {
+                cmd.args(["-o", "binary=true"]);
+            }
+            other => return Err(format!("unknown pg_recvlogical mode {other:?}")),
+        }
+        return Ok((cmd, server));
+    }
+    // `lib-count+threads=1+read-buffer=65536`: per-consumer options for the child.
+    let mut parts = consumer.split('+');
+    let base = parts.next().unwrap_or_default();
+    let per_consumer: Vec<(String, String)> = parts
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    // `+unix=1`: over the Unix socket instead of TCP to 127.0.0.1.
+    let unix = per_consumer.iter().any(|(k, v)| k == "unix" && v != "0");
+    if base == "raw" {
+        let host = if unix {
+            cluster.socket_dir().to_string_lossy().into_owned()
+        } else {
+            cluster.host().to_owned()
+        };
+        let mut child_args = vec![
+            "--host".to_owned(),
+            host,
+            "--port".to_owned(),
+            cluster.port().to_string(),
+            "--slot".to_owned(),
+            slot.to_owned(),
+            "--end".to_owned(),
+            end.to_owned(),
+        ];
+        for (k, v) in per_consumer.into_iter().filter(|(k, _)| k != "unix") {
+            child_args.push(format!("--{k}"));
+            child_args.push(v);
+        }
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut cmd = std::process::Command::new(exe);
+        cmd.arg("consume-raw").args(child_args);
+        return Ok((cmd, server));
+    }
+    let (sink, format) = match base {
+        "lib-count" => ("count", "binary"),
+        "lib-count-text" => ("count", "text"),
+        "lib-feldera" => ("feldera", "binary"),
+        "lib-feldera-text" => ("feldera", "text"),
+        other => return Err(format!("unknown consumer {other:?}")),
+    };
+    let uri = if unix {
+        cluster.socket_connection_string("postgres", "postgres", None)
+    } else {
+        cluster.uri("postgres", "postgres", None)
+    };
+    let mut child_args: Vec<String> = [
+        "--uri", &uri, "--slot", slot, "--end", end, "--sink", sink, "--format", format,
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    child_args.extend(extra.iter().map(|s| (*s).to_owned()));
+    for (ours, theirs) in [
+        ("lib-threads", "threads"),
+        ("read-buffer", "read-buffer"),
+        ("channel-capacity", "channel-capacity"),
+        ("max-events", "max-events"),
+    ] {
+        if let Some(v) = args.get(ours) {
+            child_args.push(format!("--{theirs}"));
+            child_args.push(v.to_owned());
+        }
+    }
+    for (k, v) in per_consumer.into_iter().filter(|(k, _)| k != "unix") {
+        child_args.push(format!("--{k}"));
+        child_args.push(v);
+    }
+    Ok((runner::consume_command(&child_args)?, server))
+}
+
+/// Runs the drain scenario and prints its tables.
+pub async fn run(args: &Args) -> Result<(), String> {
+    let rows: u64 = args.value("rows", 1_000_000)?;
+    let txn_rows: u64 = args.value("txn-rows", 1000)?;
+    let rounds: usize = args.value("rounds", 2)?;
+    let consumers = args.list("consumers", &["recvlogical", "lib-count", "lib-feldera"]);
+    let workload = Workload {
+        rows,
+        txn_rows: txn_rows.max(1),
+        updates: rows / 5,
+        deletes: rows / 10,
+    };
+    eprintln!(
+        "drain: {} inserts in {txn_rows}-row transactions, {} updates, {} deletes; {rounds} round(s) of {}",
+        workload.rows,
+        workload.updates,
+        workload.deletes,
+        consumers.join(", ")
+    );
+    let cluster = bench_cluster(&[]).await?;
+    create_table(&cluster).await?;
+    let mut slots = Vec::new();
+    for round in 0..rounds {
+        for consumer in &consumers {
+            let slot: String = format!("drain_{round}_{consumer}")
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() {
+                        c.to_ascii_lowercase()
+                    } else {
+                        '_'
+                    }
+                })
+                .take(63)
+                .collect();
+            create_slot(&cluster, &slot).await?;
+            slots.push((round, consumer.clone(), slot));
+        }
+    }
+    for (what, sql) in workload.phases() {
+        runner::timed_sql(&cluster, &what, &sql).await?;
+    }
+    let end = runner::current_lsn(&cluster).await?;
+    let expected = workload.changes();
+    eprintln!("  end LSN {end}; {expected} row changes to drain");
+
+    let mut runs: Vec<(usize, Run)> = Vec::new();
+    for (round, consumer, slot) in &slots {
+        let (cmd, server) = stream_consumer(&cluster, consumer, slot, &end, args, &[])?;
+        let run = runner::measure(&cluster, consumer, cmd, server, false).await?;
+        eprintln!(
+            "  round {round} {consumer}: {} s wall, {} s client CPU, {} s walsender CPU",
+            secs(run.wall),
+            secs(run.client.cpu()),
+            secs(run.server.cpu())
+        );
+        if let Some(changes) = run.output_u64("changes")
+            && changes != expected
+        {
+            return Err(format!(
+                "{consumer} delivered {changes} row changes, expected {expected}"
+            ));
+        }
+        runs.push((*round, run));
+    }
+
+    let mut table = Table::new([
+        "consumer",
+        "round",
+        "wall s",
+        "changes/s",
+        "client CPU s (user+sys)",
+        "CPU µs/change",
+        "peak RSS MB",
+        "walsender CPU s (user+sys)",
+        "other CPU s",
+    ]);
+    for (round, run) in &runs {
+        table.row([
+            run.label.clone(),
+            round.to_string(),
+            secs(run.wall),
+            thousands(expected as f64 / run.wall.as_secs_f64()),
+            format!(
+                "{} ({}+{})",
+                secs(run.client.cpu()),
+                secs(run.client.user),
+                secs(run.client.system)
+            ),
+            format!(
+                "{:.2}",
+                run.client.cpu().as_secs_f64() * 1e6 / expected as f64
+            ),
+            mib(run.client.max_rss_kib),
+            format!(
+                "{} ({}+{})",
+                secs(run.server.cpu()),
+                secs(run.server.user),
+                secs(run.server.system)
+            ),
+            secs(run.others_cpu()),
+        ]);
+    }
+    println!(
+        "\n## Streaming drain: {} row changes ({} inserts in {}-row transactions, {} updates, {} deletes)\n",
+        expected, workload.rows, workload.txn_rows, workload.updates, workload.deletes
+    );
+    println!("{}", table.to_markdown());
+    println!("{}", summary(&consumers, &runs, expected).to_markdown());
+    Ok(())
+}
+
+/// Medians over rounds, with ratios to `pg_recvlogical` (text) when it ran.
+fn summary(consumers: &[String], runs: &[(usize, Run)], expected: u64) -> Table {
+    let of = |consumer: &str, f: &dyn Fn(&Run) -> f64| {
+        median(
+            runs.iter()
+                .filter(|(_, r)| r.label == consumer)
+                .map(|(_, r)| f(r))
+                .collect(),
+        )
+    };
+    let wall = |r: &Run| r.wall.as_secs_f64();
+    let cpu = |r: &Run| r.client.cpu().as_secs_f64();
+    let anchor = consumers.iter().any(|c| c == "recvlogical");
+    let anchor_wall = of("recvlogical", &wall);
+    let anchor_cpu = of("recvlogical", &cpu);
+    let mut table = Table::new([
+        "consumer (median)",
+        "wall s",
+        "changes/s",
+        "client CPU s",
+        "peak RSS MB",
+        "walsender CPU s",
+        "wall ÷ recvlogical",
+        "CPU ÷ recvlogical",
+    ]);
+    for consumer in consumers {
+        let w = of(consumer, &wall);
+        let c = of(consumer, &cpu);
+        let ratio = |x: f64, base: f64| {
+            if anchor && base > 0.0 {
+                format!("{:.2}", x / base)
+            } else {
+                "-".to_owned()
+            }
+        };
+        table.row([
+            consumer.clone(),
+            format!("{w:.2}"),
+            thousands(expected as f64 / w),
+            format!("{c:.2}"),
+            format!(
+                "{:.1}",
+                of(consumer, &|r: &Run| r.client.max_rss_kib as f64) / 1024.0
+            ),
+            format!(
+                "{:.2}",
+                of(consumer, &|r: &Run| r.server.cpu().as_secs_f64())
+            ),
+            ratio(w, anchor_wall),
+            ratio(c, anchor_cpu),
+        ]);
+    }
+    table
+}
