@@ -241,7 +241,43 @@ fn hex_value(digit: u8) -> Option<u8> {
     }
 }
 
+/// Hex digit values, 0xFF for non-digits: one lookup per digit on the hot path.
+const HEX_VALUES: [u8; 256] = {
+    let mut table = [0xFFu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        table[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
+
 fn bytea_hex(hex: &[u8]) -> Result<Bytes, Kind> {
+    // Postgres's own output has no white space: decode pairs straight from the table.
+    if hex.len().is_multiple_of(2) {
+        let mut out = Vec::with_capacity(hex.len() / 2);
+        let mut valid = true;
+        for pair in hex.chunks_exact(2) {
+            let hi = HEX_VALUES[usize::from(pair[0])];
+            let lo = HEX_VALUES[usize::from(pair[1])];
+            valid &= (hi | lo) != 0xFF;
+            out.push(hi << 4 | (lo & 0x0F));
+        }
+        if valid {
+            return Ok(Bytes::from(out));
+        }
+    }
+    bytea_hex_with_spaces(hex)
+}
+
+/// The general path: white space allowed between digit pairs, as `byteain` does.
+fn bytea_hex_with_spaces(hex: &[u8]) -> Result<Bytes, Kind> {
     let mut out = Vec::with_capacity(hex.len() / 2);
     let mut rest = hex;
     // Like byteain, white space is allowed between digit pairs.
