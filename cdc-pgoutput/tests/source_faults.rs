@@ -262,25 +262,7 @@ async fn idle_source_with_traffic_elsewhere_keeps_the_slot_moving() {
         )
         .await
         .unwrap();
-    let client = cluster.connect("postgres").await.unwrap();
-    let target: String = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let target: cdc_core::Lsn = target.parse().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let now = confirmed_flush(&cluster, &slot).await.unwrap();
-        if now >= target {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "slot stuck at {now}, WAL at {target}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_slot_caught_up(&cluster, &slot, Duration::from_secs(60)).await;
     running.stop().await;
 }
 

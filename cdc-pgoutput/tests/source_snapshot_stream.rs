@@ -96,32 +96,13 @@ async fn unconfigured_table_traffic_is_filtered_and_the_slot_keeps_advancing() {
         Duration::from_secs(30),
     )
     .await;
-    let before = confirmed_flush(&cluster, &slot).await.unwrap();
     for _ in 0..50 {
         cluster
             .execute("INSERT INTO public.noise (v) SELECT 'x' FROM generate_series(1, 100)")
             .await
             .unwrap();
     }
-    let client = cluster.connect("postgres").await.unwrap();
-    let target: String = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let target: cdc_core::Lsn = target.parse().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let now = confirmed_flush(&cluster, &slot).await.unwrap();
-        if now >= target {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "confirmed_flush_lsn stuck at {now} (was {before}), WAL at {target}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_slot_caught_up(&cluster, &slot, Duration::from_secs(30)).await;
     running.stop().await;
     assert!(handle.changes().iter().all(|e| {
         e.table()

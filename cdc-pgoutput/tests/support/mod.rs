@@ -222,3 +222,27 @@ impl Running {
         }
     }
 }
+
+/// Waits until `slot`'s `confirmed_flush_lsn` reaches the server's current WAL position (as
+/// of the call): the slot does not retain WAL written so far.
+pub async fn wait_slot_caught_up(cluster: &Cluster, slot: &str, timeout: Duration) {
+    let client = cluster.connect("postgres").await.unwrap();
+    let target: String = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let target: cdc_core::Lsn = target.parse().unwrap();
+    let deadline = Instant::now() + timeout;
+    loop {
+        let now = confirmed_flush(cluster, slot).await.unwrap();
+        if now >= target {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slot stuck at {now}, WAL at {target}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
