@@ -25,10 +25,18 @@ fn write_pg_text(value: &Value, out: &mut String) -> bool {
     match value {
         Value::Null | Value::Unchanged => return false,
         Value::Bool(b) => out.push(if *b { 't' } else { 'f' }),
-        Value::Int2(v) => out.push_str(itoa_buf(i64::from(*v)).as_str()),
-        Value::Int4(v) => out.push_str(itoa_buf(i64::from(*v)).as_str()),
-        Value::Int8(v) => out.push_str(itoa_buf(*v).as_str()),
-        Value::Oid(v) => out.push_str(itoa_buf(i64::from(*v)).as_str()),
+        Value::Int2(v) => {
+            let _ = write!(out, "{v}");
+        }
+        Value::Int4(v) => {
+            let _ = write!(out, "{v}");
+        }
+        Value::Int8(v) => {
+            let _ = write!(out, "{v}");
+        }
+        Value::Oid(v) => {
+            let _ = write!(out, "{v}");
+        }
         Value::Float4(v) => out.push_str(&format_float4(*v)),
         Value::Float8(v) => out.push_str(&format_float8(*v)),
         Value::Numeric(n) => {
@@ -70,10 +78,6 @@ fn write_pg_text(value: &Value, out: &mut String) -> bool {
         },
     }
     true
-}
-
-fn itoa_buf(v: i64) -> String {
-    v.to_string()
 }
 
 fn write_array(array: &Array, out: &mut String) -> bool {

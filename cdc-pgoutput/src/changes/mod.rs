@@ -158,14 +158,20 @@ impl ChangeAssembler {
                 "internal: a new message arrived while a streamed transaction was being released",
             ));
         }
-        let raw = payload.clone();
+        // Only messages inside a stream are buffered as raw bytes; a Stream Start (decoded
+        // while not yet in a stream) is not buffered, so it needs no copy either.
+        let raw = self
+            .decoder
+            .open_stream()
+            .is_some()
+            .then(|| payload.clone());
         let message = self
             .decoder
             .decode(payload)
             .map_err(|e| Error::protocol(format!("cannot decode pgoutput message: {e}")))?;
         if let Some(stream_xid) = self.decoder.open_stream() {
             return self
-                .buffer_stream_message(stream_xid, message, raw)
+                .buffer_stream_message(stream_xid, message, raw.unwrap_or_default())
                 .map(|()| None);
         }
         match message {

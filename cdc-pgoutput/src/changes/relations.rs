@@ -4,11 +4,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use cdc_core::{
-    ColumnSchema, ColumnType, Error, ReplicaIdentity, SchemaRef, TableName, TableSchema,
-};
+use cdc_core::{ColumnSchema, ColumnType, Error, SchemaRef, TableName, TableSchema};
 
-use crate::protocol::pgoutput::{Relation, ReplicaIdentity as WireIdentity};
+use crate::protocol::pgoutput::Relation;
 use crate::types::{TypeInfo, TypeRegistry};
 
 /// What to do when a Relation message differs from the schema already known for it.
@@ -198,7 +196,7 @@ impl RelationCache {
                     part_of_key: c.is_key(),
                 })
                 .collect(),
-            replica_identity: identity(relation.replica_identity),
+            replica_identity: relation.replica_identity,
             primary_key: catalog.map(|i| i.primary_key.clone()).unwrap_or_default(),
         });
         let update = match self.delivered.get(&routed) {
@@ -247,19 +245,10 @@ fn layout_differences(old: &TableSchema, new: &TableSchema) -> Vec<String> {
     old.differences(&comparable)
 }
 
-fn identity(wire: WireIdentity) -> ReplicaIdentity {
-    match wire {
-        WireIdentity::Default => ReplicaIdentity::Default,
-        WireIdentity::Nothing => ReplicaIdentity::Nothing,
-        WireIdentity::Full => ReplicaIdentity::Full,
-        WireIdentity::Index => ReplicaIdentity::Index,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::pgoutput::RelationColumn;
+    use crate::protocol::pgoutput::{RelationColumn, ReplicaIdentity};
 
     fn relation(id: u32, columns: &[(&str, u32)]) -> Relation {
         Relation {
@@ -267,7 +256,7 @@ mod tests {
             relation_id: id,
             namespace: "public".into(),
             name: "orders".into(),
-            replica_identity: WireIdentity::Default,
+            replica_identity: ReplicaIdentity::Default,
             columns: columns
                 .iter()
                 .enumerate()

@@ -313,9 +313,7 @@ impl PgSource {
 
     /// Opens a new replication session from the confirmed position.
     async fn resume_stream(&mut self) -> Result<()> {
-        if let Some(old) = self.stream.take() {
-            drop(old);
-        }
+        self.stream = None;
         let mut conn = ReplicationConnection::connect(&self.options.config.connection).await?;
         let system = conn.identify_system().await?;
         if let Some(identity) = &self.identity {

@@ -377,7 +377,7 @@ fn decode_relation(r: &mut Reader<'_>, xid: Option<u32>) -> Result<Relation, Dec
     let name = r.cstr()?;
     let at = r.offset();
     let identity_byte = r.u8()?;
-    let replica_identity = ReplicaIdentity::from_byte(identity_byte)
+    let replica_identity = ReplicaIdentity::from_char(identity_byte)
         .ok_or_else(|| r.error_at(at, DecodeProblem::UnknownReplicaIdentity(identity_byte)))?;
     let count = r.len_i16()?;
     // flags + name NUL + type OID + modifier: a column is at least 10 bytes.

@@ -82,7 +82,7 @@ fn encode_unchecked(message: &PgOutputMessage, out: &mut BytesMut) -> Result<(),
             out.put_u32(m.relation_id);
             put_cstr(out, &m.namespace, "relation namespace")?;
             put_cstr(out, &m.name, "relation name")?;
-            out.put_u8(m.replica_identity.as_byte());
+            out.put_u8(m.replica_identity.as_char());
             put_len_i16(out, m.columns.len(), "relation column count")?;
             for column in &m.columns {
                 out.put_u8(column.flags);

@@ -75,42 +75,9 @@ pub struct Origin {
     pub name: String,
 }
 
-/// A Relation's `REPLICA IDENTITY` setting, which decides what Update and Delete carry as the
-/// old row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ReplicaIdentity {
-    /// `d`: the primary key columns.
-    Default,
-    /// `n`: nothing.
-    Nothing,
-    /// `f`: all columns.
-    Full,
-    /// `i`: the columns of a chosen unique index.
-    Index,
-}
-
-impl ReplicaIdentity {
-    /// The `pg_class.relreplident` byte.
-    pub const fn as_byte(self) -> u8 {
-        match self {
-            ReplicaIdentity::Default => b'd',
-            ReplicaIdentity::Nothing => b'n',
-            ReplicaIdentity::Full => b'f',
-            ReplicaIdentity::Index => b'i',
-        }
-    }
-
-    /// The setting for a `relreplident` byte, or `None` for a byte Postgres does not use.
-    pub const fn from_byte(byte: u8) -> Option<ReplicaIdentity> {
-        match byte {
-            b'd' => Some(ReplicaIdentity::Default),
-            b'n' => Some(ReplicaIdentity::Nothing),
-            b'f' => Some(ReplicaIdentity::Full),
-            b'i' => Some(ReplicaIdentity::Index),
-            _ => None,
-        }
-    }
-}
+/// A Relation's `REPLICA IDENTITY` setting (the model's type; the wire byte is
+/// [`ReplicaIdentity::as_char`]).
+pub use cdc_core::ReplicaIdentity;
 
 /// One column of a Relation message.
 #[derive(Debug, Clone, PartialEq, Eq)]
