@@ -1,9 +1,11 @@
 //! Decoder throughput for the realistic mixed-type row (see `benches::row`), in text and
 //! binary tuple format, at three depths:
 //!
-//! - `message`: pgoutput message decode only (`PgOutputDecoder::decode`);
-//! - `values`: message decode plus every column into a `Value` (`decode_text` /
-//!   `decode_binary` with the column's resolved `TypeInfo`);
+//! - `message`: pgoutput message decode only (`PgOutputDecoder::decode_borrowed`, rows
+//!   left in the payload as the assembler reads them; `message-owned`: `decode`, a `Bytes`
+//!   per column);
+//! - `values`: borrowed message decode plus every column into a `Value`
+//!   (`decode_text_view` / `decode_binary_view` with the column's resolved `TypeInfo`);
 //! - `assembler`: the whole `ChangeAssembler` (relation lookup, positions, events), fed a
 //!   transaction of Begin, the inserts and Commit, exactly what `PgSource` does per
 //!   XLogData payload.
@@ -24,9 +26,9 @@ use cdc_pgoutput::changes::{
     AssemblerConfig, ChangeAssembler, MessageFilter, SchemaChangePolicy, TableRouting,
 };
 use cdc_pgoutput::protocol::pgoutput::{
-    ColumnValue, DecoderOptions, PgOutputDecoder, PgOutputMessage, ProtocolVersion,
+    ColumnRef, DecoderOptions, PgOutputDecoder, PgOutputMessage, ProtocolVersion,
 };
-use cdc_pgoutput::types::{TypeInfo, decode_binary, decode_text};
+use cdc_pgoutput::types::{TypeInfo, decode_binary_view, decode_text_view};
 use criterion::measurement::Measurement;
 use criterion::{BenchmarkGroup, Criterion, Throughput};
 
@@ -70,8 +72,21 @@ fn decoder() -> PgOutputDecoder {
     PgOutputDecoder::new(DecoderOptions::new(ProtocolVersion::V1))
 }
 
-/// (a) pgoutput message decode only.
+/// (a) pgoutput message decode only, rows borrowed.
 fn decode_messages(decoder: &mut PgOutputDecoder, inserts: &[Bytes]) -> usize {
+    let mut columns = 0;
+    for payload in inserts {
+        let message = decoder.decode_borrowed(payload).unwrap();
+        if let PgOutputMessage::Insert(insert) = &message {
+            columns += insert.new.len();
+        }
+        black_box(message);
+    }
+    columns
+}
+
+/// (a') pgoutput message decode only, owned rows (a `Bytes` per column).
+fn decode_messages_owned(decoder: &mut PgOutputDecoder, inserts: &[Bytes]) -> usize {
     let mut columns = 0;
     for payload in inserts {
         let message = decoder.decode(payload.clone()).unwrap();
@@ -87,19 +102,18 @@ fn decode_messages(decoder: &mut PgOutputDecoder, inserts: &[Bytes]) -> usize {
 fn decode_values(decoder: &mut PgOutputDecoder, types: &[TypeInfo], inserts: &[Bytes]) -> usize {
     let mut rows = 0;
     for payload in inserts {
-        let PgOutputMessage::Insert(insert) = decoder.decode(payload.clone()).unwrap() else {
+        let PgOutputMessage::Insert(insert) = decoder.decode_borrowed(payload).unwrap() else {
             unreachable!("the fixture holds inserts only");
         };
         let row: Vec<Value> = insert
             .new
-            .columns
-            .iter()
+            .columns()
             .zip(types)
             .map(|(column, ty)| match column {
-                ColumnValue::Null => Value::Null,
-                ColumnValue::UnchangedToast => Value::Unchanged,
-                ColumnValue::Text(data) => decode_text(ty, data).unwrap(),
-                ColumnValue::Binary(data) => decode_binary(ty, data).unwrap(),
+                ColumnRef::Null => Value::Null,
+                ColumnRef::UnchangedToast => Value::Unchanged,
+                ColumnRef::Text(data) => decode_text_view(ty, data).unwrap(),
+                ColumnRef::Binary(data) => decode_binary_view(ty, data).unwrap(),
             })
             .collect();
         black_box(&row);
@@ -160,6 +174,10 @@ fn bench_stages<M: Measurement>(group: &mut BenchmarkGroup<'_, M>, input: &Input
     let mut dec = decoder();
     group.bench_function(format!("message/{format}"), |b| {
         b.iter(|| decode_messages(&mut dec, &input.inserts))
+    });
+    let mut dec = decoder();
+    group.bench_function(format!("message-owned/{format}"), |b| {
+        b.iter(|| decode_messages_owned(&mut dec, &input.inserts))
     });
     let mut dec = decoder();
     group.bench_function(format!("values/{format}"), |b| {

@@ -28,7 +28,7 @@ pub use relations::{
 pub use stream_buffer::{Replay, StreamBuffers};
 
 use crate::protocol::pgoutput::{
-    self, DecoderOptions, OldTuple, PgOutputDecoder, PgOutputMessage, StreamStart,
+    self, DecoderOptions, OldTuple, PgOutputDecoder, PgOutputMessage, StreamStart, TupleRef,
 };
 
 /// Which logical decoding messages (`pg_logical_emit_message`) to deliver.
@@ -158,21 +158,20 @@ impl ChangeAssembler {
                 "internal: a new message arrived while a streamed transaction was being released",
             ));
         }
-        // Only messages inside a stream are buffered as raw bytes; a Stream Start (decoded
-        // while not yet in a stream) is not buffered, so it needs no copy either.
-        let raw = self
-            .decoder
-            .open_stream()
-            .is_some()
-            .then(|| payload.clone());
         let message = self
             .decoder
-            .decode(payload)
+            .decode_borrowed(&payload)
             .map_err(|e| Error::protocol(format!("cannot decode pgoutput message: {e}")))?;
         if let Some(stream_xid) = self.decoder.open_stream() {
-            return self
-                .buffer_stream_message(stream_xid, message, raw.unwrap_or_default())
-                .map(|()| None);
+            // Inside a stream the raw payload is buffered until the stream commits; it is
+            // decoded into values only then.
+            let Some(sub_xid) = stream_sub_xid(&message)? else {
+                return Ok(None);
+            };
+            self.streams
+                .push(stream_xid, sub_xid.unwrap_or(stream_xid), payload)
+                .map_err(spill_error)?;
+            return Ok(None);
         }
         match message {
             PgOutputMessage::Begin(begin) => {
@@ -257,7 +256,7 @@ impl ChangeAssembler {
             match replay.entries.next() {
                 Some(entry) => {
                     let entry = entry.map_err(spill_error)?;
-                    let message = replay.decoder.decode(entry).map_err(|e| {
+                    let message = replay.decoder.decode_borrowed(&entry).map_err(|e| {
                         Error::protocol(format!("cannot decode buffered stream message: {e}"))
                     })?;
                     self.apply(message, out)?;
@@ -277,40 +276,13 @@ impl ChangeAssembler {
         Ok(None)
     }
 
-    fn buffer_stream_message(
-        &mut self,
-        stream_xid: u32,
-        message: PgOutputMessage,
-        raw: Bytes,
-    ) -> Result<(), Error> {
-        let sub_xid = match &message {
-            PgOutputMessage::StreamStart(_) | PgOutputMessage::Origin(_) => return Ok(()),
-            PgOutputMessage::Message(m) if !m.is_transactional() => {
-                return Err(Error::protocol(
-                    "non-transactional logical message inside a stream is not expected",
-                ));
-            }
-            PgOutputMessage::Relation(m) => m.xid,
-            PgOutputMessage::Type(m) => m.xid,
-            PgOutputMessage::Insert(m) => m.xid,
-            PgOutputMessage::Update(m) => m.xid,
-            PgOutputMessage::Delete(m) => m.xid,
-            PgOutputMessage::Truncate(m) => m.xid,
-            PgOutputMessage::Message(m) => m.xid,
-            other => {
-                return Err(Error::protocol(format!(
-                    "unexpected message inside a stream: {other:?}"
-                )));
-            }
-        };
-        self.streams
-            .push(stream_xid, sub_xid.unwrap_or(stream_xid), raw)
-            .map_err(spill_error)
-    }
-
     /// Applies a data or schema message inside (or, for non-transactional messages,
     /// outside) a transaction.
-    fn apply(&mut self, message: PgOutputMessage, out: &mut Vec<ChangeEvent>) -> Result<(), Error> {
+    fn apply(
+        &mut self,
+        message: PgOutputMessage<TupleRef<'_>>,
+        out: &mut Vec<ChangeEvent>,
+    ) -> Result<(), Error> {
         match message {
             PgOutputMessage::Relation(relation) => {
                 if let RelationUpdate::Changed { old, new } = self.relations.register(&relation)? {
@@ -339,31 +311,35 @@ impl ChangeAssembler {
             PgOutputMessage::Origin(_) => Ok(()),
             PgOutputMessage::Insert(insert) => {
                 let ordinal = self.next_change()?;
-                let Some((schema, rel)) = self.lookup(insert.relation_id, "Insert")? else {
+                let position = self.position(ordinal)?;
+                let Some((schema, rel)) = lookup(&self.relations, insert.relation_id, "Insert")?
+                else {
                     return Ok(());
                 };
-                let position = self.position(ordinal)?;
-                let new = tuples::decode_row(&schema, &rel, &insert.new, position)?;
+                let new = tuples::decode_row(schema, rel, &insert.new, position)?;
+                let table = schema.clone();
                 emit(
                     self.tx_mut("Insert")?,
                     out,
                     ordinal,
-                    EventKind::Insert { table: schema, new },
+                    EventKind::Insert { table, new },
                 );
                 Ok(())
             }
             PgOutputMessage::Update(update) => {
                 let ordinal = self.next_change()?;
-                let Some((schema, rel)) = self.lookup(update.relation_id, "Update")? else {
+                let position = self.position(ordinal)?;
+                let Some((schema, rel)) = lookup(&self.relations, update.relation_id, "Update")?
+                else {
                     return Ok(());
                 };
-                let position = self.position(ordinal)?;
                 let old = update
                     .old
                     .as_ref()
-                    .map(|o| old_row(&schema, &rel, o, position))
+                    .map(|o| old_row(schema, rel, o, position))
                     .transpose()?;
-                let mut new = tuples::decode_row(&schema, &rel, &update.new, position)?;
+                let mut new = tuples::decode_row(schema, rel, &update.new, position)?;
+                let schema = schema.clone();
                 if let Some(OldRow {
                     kind: OldRowKind::Full,
                     values,
@@ -391,17 +367,19 @@ impl ChangeAssembler {
             }
             PgOutputMessage::Delete(delete) => {
                 let ordinal = self.next_change()?;
-                let Some((schema, rel)) = self.lookup(delete.relation_id, "Delete")? else {
+                let position = self.position(ordinal)?;
+                let Some((schema, rel)) = lookup(&self.relations, delete.relation_id, "Delete")?
+                else {
                     return Ok(());
                 };
-                let position = self.position(ordinal)?;
-                let old = old_row(&schema, &rel, &delete.old, position)?;
+                let old = old_row(schema, rel, &delete.old, position)?;
+                let table = schema.clone();
                 emit(
                     self.tx_mut("Delete")?,
                     out,
                     ordinal,
                     EventKind::Delete {
-                        table: schema,
+                        table,
                         old: Some(old),
                     },
                 );
@@ -411,10 +389,10 @@ impl ChangeAssembler {
                 let ordinal = self.next_change()?;
                 let mut tables: Vec<SchemaRef> = Vec::new();
                 for id in &truncate.relation_ids {
-                    if let Some((schema, _)) = self.lookup(*id, "Truncate")?
+                    if let Some((schema, _)) = lookup(&self.relations, *id, "Truncate")?
                         && !tables.iter().any(|t| t.name == schema.name)
                     {
-                        tables.push(schema);
+                        tables.push(schema.clone());
                     }
                 }
                 if !tables.is_empty() {
@@ -484,27 +462,55 @@ impl ChangeAssembler {
             .map(|tx| Position::new(tx.commit_lsn, ordinal))
             .ok_or_else(|| Error::protocol("change outside a transaction"))
     }
+}
 
-    /// The schema and column types of a relation; `None` for unconfigured tables; an
-    /// error when no Relation message was seen for it.
-    fn lookup(
-        &self,
-        relation_id: u32,
-        what: &str,
-    ) -> Result<Option<(SchemaRef, CachedRelation)>, Error> {
-        let Some(rel) = self.relations.get(relation_id) else {
+/// The schema and column types of a relation; `None` for unconfigured tables; an error
+/// when no Relation message was seen for it. Borrowed: a row costs no reference counting
+/// here, only the event's schema handle does.
+fn lookup<'r>(
+    relations: &'r RelationCache,
+    relation_id: u32,
+    what: &str,
+) -> Result<Option<(&'r SchemaRef, &'r CachedRelation)>, Error> {
+    let Some(rel) = relations.get(relation_id) else {
+        return Err(Error::protocol(format!(
+            "{what} for relation id {relation_id}, but no Relation message described it in this session"
+        )));
+    };
+    Ok(rel.schema.as_ref().map(|s| (s, rel)))
+}
+
+/// For a message inside an open stream: `None` if it is not buffered (Stream Start,
+/// Origin), else the (sub)transaction xid it carries, if any.
+fn stream_sub_xid<T: std::fmt::Debug>(
+    message: &PgOutputMessage<T>,
+) -> Result<Option<Option<u32>>, Error> {
+    Ok(Some(match message {
+        PgOutputMessage::StreamStart(_) | PgOutputMessage::Origin(_) => return Ok(None),
+        PgOutputMessage::Message(m) if !m.is_transactional() => {
+            return Err(Error::protocol(
+                "non-transactional logical message inside a stream is not expected",
+            ));
+        }
+        PgOutputMessage::Relation(m) => m.xid,
+        PgOutputMessage::Type(m) => m.xid,
+        PgOutputMessage::Insert(m) => m.xid,
+        PgOutputMessage::Update(m) => m.xid,
+        PgOutputMessage::Delete(m) => m.xid,
+        PgOutputMessage::Truncate(m) => m.xid,
+        PgOutputMessage::Message(m) => m.xid,
+        other => {
             return Err(Error::protocol(format!(
-                "{what} for relation id {relation_id}, but no Relation message described it in this session"
+                "unexpected message inside a stream: {other:?}"
             )));
-        };
-        Ok(rel.schema.clone().map(|s| (s, rel.clone())))
-    }
+        }
+    }))
 }
 
 fn old_row(
     schema: &SchemaRef,
     rel: &CachedRelation,
-    old: &OldTuple,
+    old: &OldTuple<TupleRef<'_>>,
     position: Position,
 ) -> Result<OldRow, Error> {
     let (kind, tuple) = match old {

@@ -3,7 +3,7 @@
 use cdc_core::{Error, Position, Row, SchemaRef, Value};
 
 use super::CachedRelation;
-use crate::protocol::pgoutput::{ColumnValue, TupleData};
+use crate::protocol::pgoutput::{ColumnRef, TupleRef};
 use crate::types;
 
 /// Decodes every column of `tuple`. A column count that differs from the relation's, or a
@@ -11,29 +11,24 @@ use crate::types;
 pub(crate) fn decode_row(
     schema: &SchemaRef,
     rel: &CachedRelation,
-    tuple: &TupleData,
+    tuple: &TupleRef<'_>,
     position: Position,
 ) -> Result<Row, Error> {
-    if tuple.columns.len() != rel.column_types.len() {
+    if tuple.len() != rel.column_types.len() {
         return Err(Error::protocol(format!(
             "a row of table {} at {position} has {} columns, but its Relation message declared {}",
             schema.name,
-            tuple.columns.len(),
+            tuple.len(),
             rel.column_types.len()
         )));
     }
-    let mut row = Vec::with_capacity(tuple.columns.len());
-    for (index, (column, ty)) in tuple
-        .columns
-        .iter()
-        .zip(rel.column_types.iter())
-        .enumerate()
-    {
+    let mut row = Vec::with_capacity(tuple.len());
+    for (index, (column, ty)) in tuple.columns().zip(rel.column_types.iter()).enumerate() {
         let value = match column {
-            ColumnValue::Null => Ok(Value::Null),
-            ColumnValue::UnchangedToast => Ok(Value::Unchanged),
-            ColumnValue::Text(data) => types::decode_text(ty, data),
-            ColumnValue::Binary(data) => types::decode_binary(ty, data),
+            ColumnRef::Null => Ok(Value::Null),
+            ColumnRef::UnchangedToast => Ok(Value::Unchanged),
+            ColumnRef::Text(data) => types::decode_text_view(ty, data),
+            ColumnRef::Binary(data) => types::decode_binary_view(ty, data),
         };
         let value = match value {
             Ok(v) => v,

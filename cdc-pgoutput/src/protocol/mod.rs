@@ -7,6 +7,7 @@
 //! Nothing here does I/O, awaits, or keeps a clock; decoders never panic on any input and
 //! report malformed bytes as a [`DecodeError`] naming message, offset and problem.
 
+mod bytes_view;
 pub mod error;
 pub mod pgoutput;
 mod reader;
@@ -14,4 +15,5 @@ pub mod replication;
 pub mod timestamp;
 mod writer;
 
+pub use bytes_view::BytesView;
 pub use error::{DecodeError, DecodeProblem, EncodeError, MessageKind};

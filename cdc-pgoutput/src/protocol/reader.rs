@@ -116,6 +116,20 @@ impl<'a> Reader<'a> {
             .map_err(|_| self.error_at(at, DecodeProblem::NegativeLength(i32::from(n))))
     }
 
+    /// The whole message this reader reads.
+    pub(crate) fn buffer(&self) -> &'a Bytes {
+        self.buf
+    }
+
+    /// Steps over the next `n` bytes.
+    pub(crate) fn skip(&mut self, n: usize) -> Result<(), DecodeError> {
+        if n > self.remaining() {
+            return Err(self.truncated(n));
+        }
+        self.pos += n;
+        Ok(())
+    }
+
     /// The next `n` bytes as a zero-copy slice of the input.
     pub(crate) fn bytes(&mut self, n: usize) -> Result<Bytes, DecodeError> {
         if n > self.remaining() {

@@ -3,6 +3,8 @@
 //! `array_send` binary format. Elements are decoded by the element type's decoder.
 
 use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::protocol::BytesView;
 use cdc_core::{Array, ArrayDim, Value};
 
 use super::error::{DecodeErrorKind as Kind, Format, TypeDecodeError};
@@ -281,8 +283,10 @@ pub(crate) fn array_from_text(array: &ArrayType, data: &Bytes) -> Result<Array, 
                 };
                 let value = match element {
                     None => Value::Null,
-                    Some(text) => super::value_from_text(&array.element, &text)
-                        .map_err(|e| element_error(&array.element, Format::Text, e, &text))?,
+                    Some(text) => {
+                        super::value_from_text(&array.element, BytesView::whole(&text))
+                            .map_err(|e| element_error(&array.element, Format::Text, e, &text))?
+                    }
                 };
                 elements.push(value);
                 if let Some(c) = counts.get_mut(depth - 1) {
@@ -424,7 +428,7 @@ pub(crate) fn array_from_binary(array: &ArrayType, data: &Bytes) -> Result<Array
             }
             len => {
                 let bytes = r.take(len as usize)?;
-                super::value_from_binary(&array.element, &bytes)
+                super::value_from_binary(&array.element, BytesView::whole(&bytes))
                     .map_err(|e| element_error(&array.element, Format::Binary, e, &bytes))?
             }
         };

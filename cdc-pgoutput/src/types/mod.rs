@@ -43,6 +43,8 @@ mod scalar;
 mod proptests;
 
 use bytes::Bytes;
+
+use crate::protocol::BytesView;
 use cdc_core::{OtherRepr, OtherValue, Value};
 
 pub use encode::encode_binary;
@@ -54,7 +56,7 @@ pub use registry::{ArrayType, ScalarKind, TypeDef, TypeInfo, TypeKind, TypeRegis
 /// Text, JSON and `Other` values share `data`'s storage; nothing is copied for them.
 #[inline]
 pub fn decode_text(ty: &TypeInfo, data: &Bytes) -> Result<Value, TypeDecodeError> {
-    value_from_text(ty, data).map_err(|reason| TypeDecodeError::new(ty, Format::Text, reason, data))
+    decode_text_view(ty, BytesView::whole(data))
 }
 
 /// Decodes a value in binary format (a type's send function) as a value of `ty`.
@@ -62,8 +64,23 @@ pub fn decode_text(ty: &TypeInfo, data: &Bytes) -> Result<Value, TypeDecodeError
 /// Binary `text`, `bytea`, `json`, `jsonb` and `Other` values share `data`'s storage.
 #[inline]
 pub fn decode_binary(ty: &TypeInfo, data: &Bytes) -> Result<Value, TypeDecodeError> {
+    decode_binary_view(ty, BytesView::whole(data))
+}
+
+/// [`decode_text`] of a view into a larger buffer (e.g. a column of a
+/// [`crate::protocol::pgoutput::TupleRef`]): values that keep bytes share the buffer,
+/// the others never touch its reference count.
+#[inline]
+pub fn decode_text_view(ty: &TypeInfo, data: BytesView<'_>) -> Result<Value, TypeDecodeError> {
+    value_from_text(ty, data)
+        .map_err(|reason| TypeDecodeError::new(ty, Format::Text, reason, &data))
+}
+
+/// [`decode_binary`] of a view into a larger buffer; see [`decode_text_view`].
+#[inline]
+pub fn decode_binary_view(ty: &TypeInfo, data: BytesView<'_>) -> Result<Value, TypeDecodeError> {
     value_from_binary(ty, data)
-        .map_err(|reason| TypeDecodeError::new(ty, Format::Binary, reason, data))
+        .map_err(|reason| TypeDecodeError::new(ty, Format::Binary, reason, &data))
 }
 
 /// Decodes `data` in `format`; see [`decode_text`] and [`decode_binary`].
@@ -87,11 +104,15 @@ fn other_text(ty: &TypeInfo, data: &Bytes) -> Result<Value, DecodeErrorKind> {
 }
 
 #[inline]
-fn value_from_text(ty: &TypeInfo, data: &Bytes) -> Result<Value, DecodeErrorKind> {
+fn value_from_text(ty: &TypeInfo, view: BytesView<'_>) -> Result<Value, DecodeErrorKind> {
+    let data = view.as_slice();
     let kind = match &ty.kind {
         TypeKind::Scalar(kind) => *kind,
         TypeKind::Array(array) => {
-            return Ok(Value::Array(Box::new(array::array_from_text(array, data)?)));
+            return Ok(Value::Array(Box::new(array::array_from_text(
+                array,
+                &view.to_bytes(),
+            )?)));
         }
     };
     Ok(match kind {
@@ -102,10 +123,10 @@ fn value_from_text(ty: &TypeInfo, data: &Bytes) -> Result<Value, DecodeErrorKind
         ScalarKind::Oid => Value::Oid(scalar::oid_from_text(data)?),
         ScalarKind::Float4 => Value::Float4(scalar::float4_from_text(data)?),
         ScalarKind::Float8 => Value::Float8(scalar::float8_from_text(data)?),
-        ScalarKind::Numeric => Value::Numeric(numeric::numeric_from_text(data)?),
-        ScalarKind::Text => Value::Text(scalar::text_from_bytes(data)?),
-        ScalarKind::Char => Value::Text(scalar::char_from_text(data)?),
-        ScalarKind::Bytea => Value::Bytea(scalar::bytea_from_text(data)?),
+        ScalarKind::Numeric => Value::Numeric(numeric::numeric_from_text(&view.to_bytes())?),
+        ScalarKind::Text => Value::Text(scalar::text_from_bytes(&view.to_bytes())?),
+        ScalarKind::Char => Value::Text(scalar::char_from_text(view)?),
+        ScalarKind::Bytea => Value::Bytea(scalar::bytea_from_text(view)?),
         ScalarKind::Date => Value::Date(datetime::date_from_text(data)?),
         ScalarKind::Time => Value::Time(datetime::time_from_text(data)?),
         ScalarKind::TimeTz => Value::TimeTz(datetime::timetz_from_text(data)?),
@@ -113,20 +134,24 @@ fn value_from_text(ty: &TypeInfo, data: &Bytes) -> Result<Value, DecodeErrorKind
         ScalarKind::TimestampTz => Value::TimestampTz(datetime::timestamptz_from_text(data)?),
         ScalarKind::Interval => Value::Interval(datetime::interval_from_text(data)?),
         ScalarKind::Uuid => Value::Uuid(scalar::uuid_from_text(data)?),
-        ScalarKind::Json => Value::Json(scalar::text_from_bytes(data)?),
-        ScalarKind::Jsonb => Value::Jsonb(scalar::text_from_bytes(data)?),
+        ScalarKind::Json => Value::Json(scalar::text_from_bytes(&view.to_bytes())?),
+        ScalarKind::Jsonb => Value::Jsonb(scalar::text_from_bytes(&view.to_bytes())?),
         // A reg* type prints the object's name, which only the server can map back.
-        ScalarKind::RegOid | ScalarKind::Enum | ScalarKind::Other => other_text(ty, data)?,
+        ScalarKind::RegOid | ScalarKind::Enum | ScalarKind::Other => {
+            other_text(ty, &view.to_bytes())?
+        }
     })
 }
 
 #[inline]
-fn value_from_binary(ty: &TypeInfo, data: &Bytes) -> Result<Value, DecodeErrorKind> {
+fn value_from_binary(ty: &TypeInfo, view: BytesView<'_>) -> Result<Value, DecodeErrorKind> {
+    let data = view.as_slice();
     let kind = match &ty.kind {
         TypeKind::Scalar(kind) => *kind,
         TypeKind::Array(array) => {
             return Ok(Value::Array(Box::new(array::array_from_binary(
-                array, data,
+                array,
+                &view.to_bytes(),
             )?)));
         }
     };
@@ -140,9 +165,9 @@ fn value_from_binary(ty: &TypeInfo, data: &Bytes) -> Result<Value, DecodeErrorKi
         ScalarKind::Float8 => Value::Float8(scalar::float8_from_binary(data)?),
         ScalarKind::Numeric => Value::Numeric(numeric::numeric_from_binary(data)?),
         // textsend, varcharsend, bpcharsend, namesend and json_send send the text itself.
-        ScalarKind::Text => Value::Text(scalar::text_from_bytes(data)?),
+        ScalarKind::Text => Value::Text(scalar::text_from_bytes(&view.to_bytes())?),
         ScalarKind::Char => Value::Text(scalar::char_from_binary(data)?),
-        ScalarKind::Bytea => Value::Bytea(data.clone()),
+        ScalarKind::Bytea => Value::Bytea(view.to_bytes()),
         ScalarKind::Date => Value::Date(datetime::date_from_binary(data)?),
         ScalarKind::Time => Value::Time(datetime::time_from_binary(data)?),
         ScalarKind::TimeTz => Value::TimeTz(datetime::timetz_from_binary(data)?),
@@ -150,11 +175,11 @@ fn value_from_binary(ty: &TypeInfo, data: &Bytes) -> Result<Value, DecodeErrorKi
         ScalarKind::TimestampTz => Value::TimestampTz(datetime::timestamptz_from_binary(data)?),
         ScalarKind::Interval => Value::Interval(datetime::interval_from_binary(data)?),
         ScalarKind::Uuid => Value::Uuid(scalar::uuid_from_binary(data)?),
-        ScalarKind::Json => Value::Json(scalar::text_from_bytes(data)?),
-        ScalarKind::Jsonb => Value::Jsonb(scalar::jsonb_from_binary(data)?),
+        ScalarKind::Json => Value::Json(scalar::text_from_bytes(&view.to_bytes())?),
+        ScalarKind::Jsonb => Value::Jsonb(scalar::jsonb_from_binary(view)?),
         // enum_send sends the label.
-        ScalarKind::Enum => other_text(ty, data)?,
-        ScalarKind::Other => other(ty, OtherRepr::Binary(data.clone())),
+        ScalarKind::Enum => other_text(ty, &view.to_bytes())?,
+        ScalarKind::Other => other(ty, OtherRepr::Binary(view.to_bytes())),
     })
 }
 

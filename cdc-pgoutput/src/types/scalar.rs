@@ -4,6 +4,8 @@
 use std::str::FromStr;
 
 use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::protocol::BytesView;
 use cdc_core::Text;
 
 use super::error::DecodeErrorKind as Kind;
@@ -193,10 +195,10 @@ fn char_text(byte: u8) -> Text {
 
 /// Text output of `"char"`. Postgres 15+ already prints a high-bit byte as `\ooo`; older
 /// servers send the raw byte, which is turned into the same `\ooo` form here.
-pub(crate) fn char_from_text(data: &Bytes) -> Result<Text, Kind> {
-    match data.as_ref() {
+pub(crate) fn char_from_text(data: BytesView<'_>) -> Result<Text, Kind> {
+    match data.as_slice() {
         [byte] if *byte >= 0x80 => Ok(char_text(*byte)),
-        _ => text_from_bytes(data),
+        _ => text_from_bytes(&data.to_bytes()),
     }
 }
 
@@ -224,11 +226,11 @@ pub(crate) fn char_to_byte(text: &str) -> Option<u8> {
 /// `bytea` text: hex (`\x0aff`, the default output) or the legacy escape format (`\\`
 /// for a backslash, `\ooo` for other bytes). Escape-format text without escapes is
 /// returned without copying.
-pub(crate) fn bytea_from_text(data: &Bytes) -> Result<Bytes, Kind> {
+pub(crate) fn bytea_from_text(data: BytesView<'_>) -> Result<Bytes, Kind> {
     match data.strip_prefix(b"\\x") {
         Some(hex) => bytea_hex(hex),
-        None if memchr::memchr(b'\\', data).is_none() => Ok(data.clone()),
-        None => bytea_escape(data),
+        None if memchr::memchr(b'\\', &data).is_none() => Ok(data.to_bytes()),
+        None => bytea_escape(&data),
     }
 }
 
@@ -332,9 +334,11 @@ fn bytea_escape(data: &[u8]) -> Result<Bytes, Kind> {
 /// The only binary jsonb format version.
 const JSONB_VERSION: u8 = 1;
 
-pub(crate) fn jsonb_from_binary(data: &Bytes) -> Result<Text, Kind> {
+pub(crate) fn jsonb_from_binary(data: BytesView<'_>) -> Result<Text, Kind> {
     match data.first() {
-        Some(&JSONB_VERSION) => Text::from_utf8(data.slice(1..)).map_err(|_| Kind::InvalidUtf8),
+        Some(&JSONB_VERSION) => {
+            Text::from_utf8(data.to_bytes().slice(1..)).map_err(|_| Kind::InvalidUtf8)
+        }
         Some(&version) => Err(Kind::UnsupportedJsonbVersion(version)),
         None => Err(Kind::Truncated(
             "is empty; jsonb starts with a version byte",
@@ -430,13 +434,13 @@ mod tests {
         assert!(char_from_binary(&[]).is_err());
         // Postgres 15+ text, and a pre-15 raw byte, agree.
         assert_eq!(
-            char_from_text(&Bytes::from_static(b"\\351"))
+            char_from_text(BytesView::whole(&Bytes::from_static(b"\\351")))
                 .unwrap()
                 .as_str(),
             "\\351"
         );
         assert_eq!(
-            char_from_text(&Bytes::from_static(&[0xe9]))
+            char_from_text(BytesView::whole(&Bytes::from_static(&[0xe9])))
                 .unwrap()
                 .as_str(),
             "\\351"
@@ -449,35 +453,40 @@ mod tests {
 
     #[test]
     fn bytea_hex_and_escape_formats() {
-        let hex = bytea_from_text(&Bytes::from_static(b"\\x00ffA0")).unwrap();
+        let hex = bytea_from_text(BytesView::whole(&Bytes::from_static(b"\\x00ffA0"))).unwrap();
         assert_eq!(hex.as_ref(), b"\x00\xff\xa0");
-        let spaced = bytea_from_text(&Bytes::from_static(b"\\x00 ff\n")).unwrap();
+        let spaced = bytea_from_text(BytesView::whole(&Bytes::from_static(b"\\x00 ff\n"))).unwrap();
         assert_eq!(spaced.as_ref(), b"\x00\xff");
         assert_eq!(
-            bytea_from_text(&Bytes::from_static(b"\\x"))
+            bytea_from_text(BytesView::whole(&Bytes::from_static(b"\\x")))
                 .unwrap()
                 .as_ref(),
             b""
         );
-        assert!(bytea_from_text(&Bytes::from_static(b"\\x0")).is_err());
-        assert!(bytea_from_text(&Bytes::from_static(b"\\xzz")).is_err());
+        assert!(bytea_from_text(BytesView::whole(&Bytes::from_static(b"\\x0"))).is_err());
+        assert!(bytea_from_text(BytesView::whole(&Bytes::from_static(b"\\xzz"))).is_err());
         // Escape format, as `bytea_output = escape` prints `\x005c27ff41`.
-        let escaped = bytea_from_text(&Bytes::from_static(b"\\000\\\\'\\377A")).unwrap();
+        let escaped =
+            bytea_from_text(BytesView::whole(&Bytes::from_static(b"\\000\\\\'\\377A"))).unwrap();
         assert_eq!(escaped.as_ref(), b"\x00\\'\xffA");
-        assert!(bytea_from_text(&Bytes::from_static(b"a\\9")).is_err());
-        assert!(bytea_from_text(&Bytes::from_static(b"a\\")).is_err());
+        assert!(bytea_from_text(BytesView::whole(&Bytes::from_static(b"a\\9"))).is_err());
+        assert!(bytea_from_text(BytesView::whole(&Bytes::from_static(b"a\\"))).is_err());
         let plain = Bytes::from_static(b"abc");
-        assert_eq!(bytea_from_text(&plain).unwrap().as_ptr(), plain.as_ptr());
+        assert_eq!(
+            bytea_from_text(BytesView::whole(&plain)).unwrap().as_ptr(),
+            plain.as_ptr()
+        );
     }
 
     #[test]
     fn jsonb_binary_needs_version_one() {
-        let text = jsonb_from_binary(&Bytes::from_static(b"\x01{\"a\": 1}")).unwrap();
+        let text =
+            jsonb_from_binary(BytesView::whole(&Bytes::from_static(b"\x01{\"a\": 1}"))).unwrap();
         assert_eq!(text.as_str(), "{\"a\": 1}");
         assert_eq!(
-            jsonb_from_binary(&Bytes::from_static(b"\x02{}")),
+            jsonb_from_binary(BytesView::whole(&Bytes::from_static(b"\x02{}"))),
             Err(Kind::UnsupportedJsonbVersion(2))
         );
-        assert!(jsonb_from_binary(&Bytes::new()).is_err());
+        assert!(jsonb_from_binary(BytesView::whole(&Bytes::new())).is_err());
     }
 }

@@ -158,27 +158,31 @@ impl Type {
 
 /// A row inserted into a relation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Insert {
+///
+/// `T` is how the row is held: [`TupleData`] (owned, the default) or
+/// [`super::TupleRef`] (borrowed from the message, see
+/// [`super::PgOutputDecoder::decode_borrowed`]).
+pub struct Insert<T = TupleData> {
     /// Stream xid (see module docs).
     pub xid: Option<u32>,
     /// The Relation this row belongs to.
     pub relation_id: u32,
     /// The new row.
-    pub new: TupleData,
+    pub new: T,
 }
 
 /// The old row an Update or Delete carries, as the table's replica identity decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OldTuple {
+pub enum OldTuple<T = TupleData> {
     /// `K`: only the key columns have values; the others are null in the tuple.
-    Key(TupleData),
+    Key(T),
     /// `O`: the whole old row (`REPLICA IDENTITY FULL`).
-    Full(TupleData),
+    Full(T),
 }
 
-impl OldTuple {
+impl<T> OldTuple<T> {
     /// The tuple, whichever kind it is.
-    pub fn tuple(&self) -> &TupleData {
+    pub fn tuple(&self) -> &T {
         match self {
             OldTuple::Key(t) | OldTuple::Full(t) => t,
         }
@@ -187,26 +191,26 @@ impl OldTuple {
 
 /// A row updated in a relation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Update {
+pub struct Update<T = TupleData> {
     /// Stream xid (see module docs).
     pub xid: Option<u32>,
     /// The Relation this row belongs to.
     pub relation_id: u32,
     /// The old key or row: absent when the key did not change and identity is not FULL.
-    pub old: Option<OldTuple>,
+    pub old: Option<OldTuple<T>>,
     /// The new row; unchanged TOASTed values appear as `ColumnValue::UnchangedToast`.
-    pub new: TupleData,
+    pub new: T,
 }
 
 /// A row deleted from a relation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Delete {
+pub struct Delete<T = TupleData> {
     /// Stream xid (see module docs).
     pub xid: Option<u32>,
     /// The Relation this row belongs to.
     pub relation_id: u32,
     /// The old key or row.
-    pub old: OldTuple,
+    pub old: OldTuple<T>,
 }
 
 /// One `TRUNCATE` statement over one or more relations.
@@ -386,8 +390,13 @@ pub struct RollbackPrepared {
 }
 
 /// One pgoutput message: the payload of one XLogData.
+///
+/// `T` is how rows are held: [`TupleData`] (owned, the default, what
+/// [`super::PgOutputDecoder::decode`] returns and [`super::encode`] takes) or
+/// [`super::TupleRef`] (borrowed from the payload, from
+/// [`super::PgOutputDecoder::decode_borrowed`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PgOutputMessage {
+pub enum PgOutputMessage<T = TupleData> {
     /// `B`.
     Begin(Begin),
     /// `C`.
@@ -399,11 +408,11 @@ pub enum PgOutputMessage {
     /// `Y`.
     Type(Type),
     /// `I`.
-    Insert(Insert),
+    Insert(Insert<T>),
     /// `U`.
-    Update(Update),
+    Update(Update<T>),
     /// `D`.
-    Delete(Delete),
+    Delete(Delete<T>),
     /// `T`.
     Truncate(Truncate),
     /// `M`.
@@ -428,7 +437,7 @@ pub enum PgOutputMessage {
     StreamPrepare(Prepare),
 }
 
-impl PgOutputMessage {
+impl<T> PgOutputMessage<T> {
     /// Which message this is, as named in errors.
     pub const fn kind(&self) -> MessageKind {
         match self {

@@ -21,4 +21,4 @@ pub use messages::{
     PgOutputMessage, Prepare, Relation, RelationColumn, ReplicaIdentity, RollbackPrepared,
     StreamAbort, StreamAbortInfo, StreamCommit, StreamStart, Truncate, Type, Update,
 };
-pub use tuple::{ColumnValue, TupleData};
+pub use tuple::{ColumnRef, ColumnValue, TupleColumns, TupleData, TupleRef};
