@@ -27,6 +27,7 @@ pub mod error;
 pub mod feldera;
 pub mod identity;
 pub mod preflight;
+mod read_batching;
 pub mod replication;
 pub mod slot;
 pub mod sql;

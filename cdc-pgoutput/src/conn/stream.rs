@@ -1,7 +1,8 @@
 //! The CopyBoth stream of `START_REPLICATION`, run by a background task.
 //!
 //! The task owns the socket. It reads in large chunks (everything available, up to the
-//! read buffer's size), splits CopyData frames without copying, decodes them with
+//! read buffer's size; under heavy traffic on plain TCP it wakes only once 64 KiB are
+//! queued, see [`super::read_batching`]), splits CopyData frames without copying, decodes them with
 //! [`crate::protocol::replication`], and hands each chunk's messages to the consumer over
 //! a bounded channel. When the channel is full it stops reading — backpressure reaches the
 //! server through TCP — but keeps sending standby status updates on its timer, so the
@@ -29,6 +30,7 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
 use super::error::{Activity, io_error, server_error, server_error_from_fields};
+use super::read_batching::{Polled, ReadBatching};
 use super::transport::Socket;
 use super::wire::log_notice;
 use crate::protocol::replication::{ClientMessage, ServerMessage, StandbyStatusUpdate};
@@ -51,6 +53,15 @@ pub struct StreamOptions {
     pub channel_capacity: usize,
     /// Size of one socket read. Default 256 KiB.
     pub read_buffer_size: usize,
+    /// On a plain TCP connection while traffic is heavy, wake the reader only once this
+    /// many bytes are queued (`SO_RCVLOWAT`): fewer, larger reads, and much less work for
+    /// the walsender, which otherwise wakes the reader for every message. Turned off again
+    /// as soon as the stream goes idle. 0 turns it off; TLS and Unix sockets never use it.
+    /// Default 64 KiB.
+    pub receive_low_water: usize,
+    /// How long bytes below `receive_low_water` may wait before they are read anyway: the
+    /// most latency batching adds. Default 2 ms.
+    pub batch_wait: Duration,
 }
 
 impl Default for StreamOptions {
@@ -60,6 +71,8 @@ impl Default for StreamOptions {
             follow_wal_sender_timeout: true,
             channel_capacity: 8,
             read_buffer_size: 256 * 1024,
+            receive_low_water: 64 * 1024,
+            batch_wait: Duration::from_millis(2),
         }
     }
 }
@@ -135,7 +148,10 @@ impl ReplicationStream {
         let shared = Arc::new(Shared::default());
         let (tx, rx) = mpsc::channel(options.channel_capacity.max(1));
         let (commands, command_rx) = mpsc::unbounded_channel();
+        let batching =
+            ReadBatching::for_socket(&socket, options.receive_low_water, options.batch_wait);
         let mut io = StreamTask {
+            batching,
             socket,
             rbuf: leftover,
             wbuf: BytesMut::with_capacity(64),
@@ -340,6 +356,8 @@ enum Finish {
 }
 
 struct StreamTask {
+    /// Low-water reads on plain TCP (see `read_batching`).
+    batching: Option<ReadBatching>,
     socket: Socket,
     rbuf: BytesMut,
     wbuf: BytesMut,
@@ -357,6 +375,13 @@ impl StreamTask {
     ) -> Result<()> {
         let mut ticker = tokio::time::interval(status_interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // While the low-water mark is set: reads what waits below it.
+        let batch_wait = self
+            .batching
+            .as_ref()
+            .map_or(Duration::from_millis(2), ReadBatching::wait);
+        let mut batch_timer = tokio::time::interval(batch_wait);
+        batch_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
         // Messages read but not yet in the channel. While they include XLogData the
         // socket is not read (backpressure); while they are only a keepalive, reading goes
         // on (a newer keepalive replaces an older one), so that an idle stream keeps
@@ -382,6 +407,8 @@ impl StreamTask {
             if read && self.rbuf.capacity() - self.rbuf.len() < self.read_size / 4 {
                 self.rbuf.reserve(self.read_size);
             }
+            let batching = self.batching.as_ref().is_some_and(ReadBatching::active);
+            let buffered = self.rbuf.len();
             tokio::select! {
                 biased;
                 command = commands.recv() => {
@@ -399,6 +426,12 @@ impl StreamTask {
                     Err(_) => return self.shutdown().await,
                 },
                 _ = tx.closed(), if !deliver => return self.shutdown().await,
+                _ = batch_timer.tick(), if read && batching => {
+                    if self.poll_batched()? {
+                        self.read_available()?;
+                        finish = self.process(&mut pending).await?;
+                    }
+                }
                 result = self.socket.read_buf(&mut self.rbuf), if read => {
                     let n = result.map_err(|e| {
                         io_error(e, &format!("reading the replication stream from {}", self.target))
@@ -410,9 +443,39 @@ impl StreamTask {
                         )));
                     }
                     self.read_available()?;
+                    if let Some(batching) = self.batching.as_mut() {
+                        batching.after_read(&self.socket, self.rbuf.len().saturating_sub(buffered));
+                        if batching.active() {
+                            // Heavy traffic reads here; the timer is only for what stays
+                            // below the mark afterwards.
+                            batch_timer.reset();
+                        }
+                    }
                     finish = self.process(&mut pending).await?;
                 }
             }
+        }
+    }
+
+    /// The batch timer fired: reads what is queued below the low-water mark. True if
+    /// bytes were read.
+    fn poll_batched(&mut self) -> Result<bool> {
+        let Some(batching) = self.batching.as_mut() else {
+            return Ok(false);
+        };
+        let polled = batching.poll(&self.socket, &mut self.rbuf).map_err(|e| {
+            io_error(
+                e,
+                &format!("reading the replication stream from {}", self.target),
+            )
+        })?;
+        match polled {
+            Polled::Read(_) => Ok(true),
+            Polled::Idle => Ok(false),
+            Polled::Closed => Err(Error::transient(format!(
+                "the server at {} closed the replication connection unexpectedly",
+                self.target
+            ))),
         }
     }
 

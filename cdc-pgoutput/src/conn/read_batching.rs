@@ -1,0 +1,247 @@
+//! Reading a busy TCP replication socket in large gulps.
+//!
+//! The walsender sends every pgoutput message as soon as it is decoded. A reader that
+//! wakes for each arrival reads a few hundred bytes at a time, and every wakeup also costs
+//! the walsender (over loopback the receiver's wakeup runs in the sender's `send`). With
+//! `SO_RCVLOWAT` the kernel signals readability only once `low_water` bytes are queued, so
+//! while traffic is heavy the reader wakes about once per `low_water` bytes. Bytes below
+//! the mark must not wait forever: a timer (`wait`, a few milliseconds) reads whatever is
+//! queued with a non-blocking `recv`, and when it finds nothing the stream is idle again,
+//! the mark goes back to 1 and the next byte wakes the reader at once.
+//!
+//! Only plain TCP: TLS records must go through the TLS layer (no raw `recv`), and Unix
+//! sockets ignore `SO_RCVLOWAT` for readiness.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use super::transport::Socket;
+
+/// How long eager reads are summed up to decide that traffic is heavy.
+const RATE_WINDOW: Duration = Duration::from_millis(10);
+
+/// What a timer-driven read found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Polled {
+    /// This many bytes were appended.
+    Read(usize),
+    /// Nothing was queued: batching is now off until traffic is heavy again.
+    Idle,
+    /// The server closed the connection.
+    Closed,
+}
+
+/// The low-water state of one replication socket.
+#[derive(Debug)]
+pub(crate) struct ReadBatching {
+    low_water: usize,
+    wait: Duration,
+    active: bool,
+    window_start: Instant,
+    window_bytes: usize,
+}
+
+impl ReadBatching {
+    /// Batching for `socket`, or `None` when it does not apply (TLS, Unix socket,
+    /// `low_water` 0).
+    pub(crate) fn for_socket(socket: &Socket, low_water: usize, wait: Duration) -> Option<Self> {
+        if low_water <= 1 || !matches!(socket, Socket::Tcp(_)) {
+            return None;
+        }
+        Some(ReadBatching {
+            low_water,
+            wait: wait.max(Duration::from_micros(100)),
+            active: false,
+            window_start: Instant::now(),
+            window_bytes: 0,
+        })
+    }
+
+    /// Whether the low-water mark is set, so the timer must look for bytes below it.
+    pub(crate) fn active(&self) -> bool {
+        self.active
+    }
+
+    /// How long bytes below the mark may wait.
+    pub(crate) fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// Notes `bytes` read after a readiness wakeup; once a window's reads add up to the
+    /// mark, traffic is heavy and the mark is set.
+    pub(crate) fn after_read(&mut self, socket: &Socket, bytes: usize) {
+        if self.active {
+            return;
+        }
+        let now = Instant::now();
+        if now.duration_since(self.window_start) > RATE_WINDOW {
+            self.window_start = now;
+            self.window_bytes = 0;
+        }
+        self.window_bytes += bytes;
+        if self.window_bytes >= self.low_water {
+            // If the option cannot be set the socket simply keeps waking per arrival.
+            self.active = set_low_water(socket, self.low_water).is_ok();
+            self.window_bytes = 0;
+        }
+    }
+
+    /// Reads whatever is queued (up to `buf`'s spare capacity) without waiting.
+    pub(crate) fn poll(&mut self, socket: &Socket, buf: &mut BytesMut) -> io::Result<Polled> {
+        let Some(fd) = raw_fd(socket) else {
+            self.active = false;
+            return Ok(Polled::Idle);
+        };
+        match recv_nonblocking(fd, buf)? {
+            Some(0) => Ok(Polled::Closed),
+            Some(n) => Ok(Polled::Read(n)),
+            None => {
+                // Failing to lower the mark would leave bytes below it unread until the
+                // next timer; stay active then, the timer keeps covering them.
+                self.active = set_low_water(socket, 1).is_err();
+                self.window_start = Instant::now();
+                self.window_bytes = 0;
+                Ok(Polled::Idle)
+            }
+        }
+    }
+}
+
+fn raw_fd(socket: &Socket) -> Option<RawFd> {
+    match socket {
+        Socket::Tcp(tcp) => Some(tcp.as_raw_fd()),
+        Socket::Unix(_) | Socket::Tls(_) => None,
+    }
+}
+
+fn set_low_water(socket: &Socket, bytes: usize) -> io::Result<()> {
+    let fd = raw_fd(socket).ok_or_else(|| io::Error::from(io::ErrorKind::Unsupported))?;
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `fd` is the open socket `socket` owns for the duration of the call; the
+    // option value is a c_int on the stack and its exact size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&raw const value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// One non-blocking `recv` into `buf`'s spare capacity: `Some(n)` bytes appended (0 at
+/// end of stream), `None` if nothing is queued. A non-blocking `recv` returns what is
+/// queued even below the low-water mark.
+fn recv_nonblocking(fd: RawFd, buf: &mut BytesMut) -> io::Result<Option<usize>> {
+    if buf.capacity() == buf.len() {
+        buf.reserve(64 * 1024);
+    }
+    let spare = buf.spare_capacity_mut();
+    loop {
+        // SAFETY: `fd` is an open socket (see `set_low_water`); the pointer and length
+        // describe `spare`, writable memory owned by `buf`, and `recv` writes at most
+        // that many bytes.
+        let n = unsafe {
+            libc::recv(
+                fd,
+                spare.as_mut_ptr().cast(),
+                spare.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        match usize::try_from(n) {
+            Ok(n) => {
+                let n = n.min(spare.len());
+                // SAFETY: `recv` initialised the first `n` bytes of the spare capacity.
+                unsafe { buf.set_len(buf.len() + n) };
+                return Ok(Some(n));
+            }
+            Err(_) => {
+                let err = io::Error::last_os_error();
+                match err.kind() {
+                    io::ErrorKind::WouldBlock => return Ok(None),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Err(err),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    async fn pair() -> (Socket, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (client, server) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        (Socket::Tcp(client.unwrap()), server.unwrap().0)
+    }
+
+    #[tokio::test]
+    async fn heavy_traffic_sets_the_mark_and_an_empty_poll_clears_it() {
+        let (socket, mut server) = pair().await;
+        let mut batching = ReadBatching::for_socket(&socket, 4096, Duration::from_millis(2))
+            .expect("plain TCP batches");
+        batching.after_read(&socket, 1000);
+        assert!(!batching.active(), "below the mark within the window");
+        batching.after_read(&socket, 3096);
+        assert!(batching.active());
+
+        // Bytes below the mark are still read by a poll.
+        server.write_all(b"hello").await.unwrap();
+        let mut buf = BytesMut::new();
+        let mut polled = Polled::Idle;
+        for _ in 0..100 {
+            polled = batching.poll(&socket, &mut buf).unwrap();
+            if polled != Polled::Idle {
+                break;
+            }
+            // The poll found nothing yet (bytes in flight): it turned batching off.
+            assert!(!batching.active());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(polled, Polled::Read(5));
+        assert_eq!(&buf[..], b"hello");
+
+        // Nothing queued: idle, mark cleared.
+        batching.after_read(&socket, 4096);
+        assert!(batching.active());
+        assert_eq!(batching.poll(&socket, &mut buf).unwrap(), Polled::Idle);
+        assert!(!batching.active());
+
+        drop(server);
+        let mut closed = Polled::Idle;
+        for _ in 0..100 {
+            closed = batching.poll(&socket, &mut buf).unwrap();
+            if closed != Polled::Idle {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(closed, Polled::Closed);
+    }
+
+    #[tokio::test]
+    async fn only_plain_tcp_batches() {
+        let (socket, _server) = pair().await;
+        assert!(ReadBatching::for_socket(&socket, 0, Duration::from_millis(2)).is_none());
+        let (unix, _other) = tokio::net::UnixStream::pair().unwrap();
+        assert!(
+            ReadBatching::for_socket(&Socket::Unix(unix), 65536, Duration::from_millis(2))
+                .is_none()
+        );
+    }
+}
