@@ -1,7 +1,7 @@
 //! The CopyBoth stream of `START_REPLICATION`, run by a background task.
 //!
 //! The task owns the socket. It reads in large chunks (everything available, up to the
-//! read buffer's size; under heavy traffic on plain TCP it wakes only once 64 KiB are
+//! read buffer's size; under heavy traffic on plain TCP it wakes only once 256 KiB are
 //! queued, see [`super::read_batching`]), splits CopyData frames without copying, decodes them with
 //! [`crate::protocol::replication`], and hands each chunk's messages to the consumer over
 //! a bounded channel. When the channel is full it stops reading — backpressure reaches the
@@ -57,7 +57,7 @@ pub struct StreamOptions {
     /// many bytes are queued (`SO_RCVLOWAT`): fewer, larger reads, and much less work for
     /// the walsender, which otherwise wakes the reader for every message. Turned off again
     /// as soon as the stream goes idle. 0 turns it off; TLS and Unix sockets never use it.
-    /// Default 64 KiB.
+    /// Default 256 KiB (the kernel grows the receive buffer to hold it).
     pub receive_low_water: usize,
     /// How long bytes below `receive_low_water` may wait before they are read anyway: the
     /// most latency batching adds. Default 2 ms.
@@ -71,7 +71,7 @@ impl Default for StreamOptions {
             follow_wal_sender_timeout: true,
             channel_capacity: 8,
             read_buffer_size: 256 * 1024,
-            receive_low_water: 64 * 1024,
+            receive_low_water: 256 * 1024,
             batch_wait: Duration::from_millis(2),
         }
     }

@@ -7,7 +7,8 @@
 //! `--snapshot-only --workers N [--chunk-pages N]`; `--sink count|feldera`,
 //! `--format binary|text` (tuple format, default binary as the library's default),
 //! `--streaming off|on`, `--threads N` (tokio workers, default 2), and stream tuning
-//! `--read-buffer BYTES`, `--channel-capacity N`, `--max-events N`.
+//! `--read-buffer BYTES`, `--channel-capacity N`, `--max-events N`, `--low-water BYTES`
+//! (`StreamOptions::receive_low_water`), `--batch-wait-us N` (`StreamOptions::batch_wait`).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -87,6 +88,12 @@ fn options(args: &Args) -> Result<PgSourceOptions, String> {
     options.stream.read_buffer_size = args.value("read-buffer", options.stream.read_buffer_size)?;
     options.stream.channel_capacity =
         args.value("channel-capacity", options.stream.channel_capacity)?;
+    options.stream.receive_low_water = args.value("low-water", options.stream.receive_low_water)?;
+    let batch_wait_us = args.value(
+        "batch-wait-us",
+        options.stream.batch_wait.as_micros() as u64,
+    )?;
+    options.stream.batch_wait = std::time::Duration::from_micros(batch_wait_us);
     Ok(options)
 }
 
