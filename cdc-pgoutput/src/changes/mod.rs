@@ -169,7 +169,7 @@ impl ChangeAssembler {
                 return Ok(None);
             };
             self.streams
-                .push(stream_xid, sub_xid.unwrap_or(stream_xid), payload)
+                .push(stream_xid, sub_xid.unwrap_or(stream_xid), &payload)
                 .map_err(spill_error)?;
             return Ok(None);
         }

@@ -5,12 +5,22 @@
 //!
 //! Entries are raw pgoutput message payloads, exactly as received, so spilling is a plain
 //! length-prefixed append and replay decodes them again.
+//!
+//! Entries are copied into per-transaction blocks rather than kept as slices of the receive
+//! buffer: a slice would pin its whole receive chunk (hundreds of KiB, mostly other
+//! messages), so the memory bound would count a fraction of what is really held. With the
+//! copy the count is exact up to one partly filled block per transaction.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+
+/// Size of the blocks entries are copied into.
+const BLOCK_SIZE: usize = 64 * 1024;
+/// Entries larger than this get an allocation of their own instead of a block's tail.
+const OWN_ALLOCATION_ABOVE: usize = BLOCK_SIZE / 4;
 
 /// Buffers of all in-progress streamed transactions.
 #[derive(Debug)]
@@ -25,6 +35,8 @@ struct TxBuffer {
     /// Entries `spilled_count..` kept in memory, in order.
     memory: Vec<Bytes>,
     memory_bytes: usize,
+    /// Unused tail of the block the next small entry is copied into.
+    block: BytesMut,
     /// Entries `0..spilled_count`, in a temporary file.
     spill: Option<Spill>,
     spilled_count: u64,
@@ -70,6 +82,19 @@ impl Iterator for Replay {
     }
 }
 
+/// A compact copy of `payload`: small entries share 64 KiB blocks, so a block is held
+/// only by entries of this transaction and the allocation count stays low.
+fn copy_entry(block: &mut BytesMut, payload: &[u8]) -> Bytes {
+    if payload.len() > OWN_ALLOCATION_ABOVE {
+        return Bytes::copy_from_slice(payload);
+    }
+    if block.capacity() < payload.len() {
+        *block = BytesMut::with_capacity(BLOCK_SIZE);
+    }
+    block.extend_from_slice(payload);
+    block.split().freeze()
+}
+
 fn read_entry(file: &mut BufReader<File>) -> io::Result<Bytes> {
     let mut len = [0u8; 4];
     file.read_exact(&mut len)?;
@@ -109,9 +134,9 @@ impl StreamBuffers {
         self.txs.is_empty()
     }
 
-    /// Appends one message of transaction `xid`; `sub_xid` is the (sub)transaction id the
-    /// message carried.
-    pub fn push(&mut self, xid: u32, sub_xid: u32, payload: Bytes) -> io::Result<()> {
+    /// Appends (a copy of) one message of transaction `xid`; `sub_xid` is the
+    /// (sub)transaction id the message carried.
+    pub fn push(&mut self, xid: u32, sub_xid: u32, payload: &[u8]) -> io::Result<()> {
         let tx = self.txs.entry(xid).or_default();
         let index = tx.spilled_count + tx.memory.len() as u64;
         if sub_xid != xid && !tx.subxacts.iter().any(|s| s.subxid == sub_xid) {
@@ -123,7 +148,8 @@ impl StreamBuffers {
         }
         let size = payload.len() + std::mem::size_of::<Bytes>();
         tx.memory_bytes += size;
-        tx.memory.push(payload);
+        let entry = copy_entry(&mut tx.block, payload);
+        tx.memory.push(entry);
         self.memory_used += size;
         while self.memory_used > self.memory_limit {
             let Some((&largest, _)) = self
@@ -168,6 +194,8 @@ impl StreamBuffers {
         tx.spilled_count += written;
         self.memory_used -= tx.memory_bytes;
         tx.memory_bytes = 0;
+        // The spilled entries are gone; dropping the block tail frees their last block.
+        tx.block = BytesMut::new();
         Ok(())
     }
 
@@ -262,8 +290,8 @@ mod tests {
     fn keeps_order_across_spills_and_stays_under_the_limit() {
         let mut buffers = StreamBuffers::new(500);
         for n in 0..1000 {
-            buffers.push(1, 1, entry(n)).unwrap();
-            buffers.push(2, 2, entry(n + 5000)).unwrap();
+            buffers.push(1, 1, &entry(n)).unwrap();
+            buffers.push(2, 2, &entry(n + 5000)).unwrap();
             assert!(buffers.memory_used() <= 500 + 32 + 8 * 4);
         }
         assert_eq!(
@@ -283,19 +311,19 @@ mod tests {
         for limit in [usize::MAX, 200] {
             let mut buffers = StreamBuffers::new(limit);
             for n in 0..10 {
-                buffers.push(1, 1, entry(n)).unwrap();
+                buffers.push(1, 1, &entry(n)).unwrap();
             }
             for n in 10..20 {
-                buffers.push(1, 7, entry(n)).unwrap();
+                buffers.push(1, 7, &entry(n)).unwrap();
             }
             for n in 20..25 {
-                buffers.push(1, 8, entry(n)).unwrap();
+                buffers.push(1, 8, &entry(n)).unwrap();
             }
             buffers.abort_subtransaction(1, 8).unwrap();
             buffers.abort_subtransaction(1, 99).unwrap();
-            buffers.push(1, 1, entry(30)).unwrap();
+            buffers.push(1, 1, &entry(30)).unwrap();
             buffers.abort_subtransaction(1, 7).unwrap();
-            buffers.push(1, 1, entry(31)).unwrap();
+            buffers.push(1, 1, &entry(31)).unwrap();
             let mut expected: Vec<u32> = (0..10).collect();
             expected.push(31);
             assert_eq!(collect(buffers.take(1).unwrap()), expected, "limit {limit}");
@@ -306,10 +334,30 @@ mod tests {
     fn abort_drops_everything() {
         let mut buffers = StreamBuffers::new(100);
         for n in 0..50 {
-            buffers.push(3, 3, entry(n)).unwrap();
+            buffers.push(3, 3, &entry(n)).unwrap();
         }
         buffers.abort(3);
         assert_eq!(buffers.memory_used(), 0);
         assert!(collect(buffers.take(3).unwrap()).is_empty());
+    }
+
+    #[test]
+    fn entries_are_copies_that_do_not_hold_the_receive_buffer() {
+        // A receive chunk with one small message in it, as the stream hands them over.
+        let chunk = Bytes::from(vec![7u8; 256 * 1024]);
+        let message = chunk.slice(1000..1100);
+        let large = chunk.slice(0..(OWN_ALLOCATION_ABOVE + 1));
+        let mut buffers = StreamBuffers::new(usize::MAX);
+        buffers.push(1, 1, &message).unwrap();
+        buffers.push(1, 1, &large).unwrap();
+        let chunk_range = chunk.as_ptr_range();
+        let replayed: Vec<Bytes> = buffers.take(1).unwrap().map(|e| e.unwrap()).collect();
+        assert_eq!(replayed, vec![message, large]);
+        for entry in &replayed {
+            assert!(
+                !chunk_range.contains(&entry.as_ptr()),
+                "entry still points into the chunk"
+            );
+        }
     }
 }
