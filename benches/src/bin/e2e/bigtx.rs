@@ -2,7 +2,9 @@
 //! protocol v1 (the transaction arrives after its commit) and streaming mode
 //! (`Streaming::On`, in-progress transaction streamed; server setting
 //! `logical_decoding_work_mem = 64kB`). Each mode runs in its own child process, which
-//! reports its peak RSS (`VmHWM`), so peaks never mix.
+//! reports its peak RSS (`VmHWM`), so peaks never mix. `--consumer lib-count+opt=value…`
+//! passes per-consumer options as in `drain`: `+stream-memory=BYTES` for the buffer bound,
+//! `+heap-sample-ms=20` for the peak heap in use (a memory run: sampling costs CPU).
 
 use benches::report::{Table, thousands};
 use benches::row;
@@ -46,15 +48,18 @@ pub async fn run(args: &Args) -> Result<(), String> {
         "changes/s",
         "client CPU s",
         "peak RSS MB (VmHWM)",
+        "peak heap MB (sampled)",
         "walsender CPU s",
         "server spilled MB",
         "server streamed MB",
     ]);
+    // `--consumer lib-count+stream-memory=8388608`: per-consumer options as in `drain`.
+    let consumer = args.get("consumer").unwrap_or("lib-count");
     for (round, mode, streaming, slot) in &slots {
         let label = format!("lib-{mode}");
         let (cmd, server) = stream_consumer(
             &cluster,
-            "lib-count",
+            consumer,
             slot,
             &end,
             args,
@@ -94,6 +99,9 @@ pub async fn run(args: &Args) -> Result<(), String> {
             thousands(rows as f64 / run.wall.as_secs_f64()),
             secs(run.client.cpu()),
             mib(hwm),
+            run.output_u64("heap_peak_kib")
+                .filter(|&kib| kib > 0)
+                .map_or_else(|| "–".to_string(), mib),
             secs(run.server.cpu()),
             format!("{:.0}", spilled as f64 / 1e6),
             format!("{:.0}", streamed as f64 / 1e6),

@@ -8,7 +8,9 @@
 //! `--format binary|text` (tuple format, default binary as the library's default),
 //! `--streaming off|on`, `--threads N` (tokio workers, default 2), and stream tuning
 //! `--read-buffer BYTES`, `--channel-capacity N`, `--max-events N`, `--low-water BYTES`
-//! (`StreamOptions::receive_low_water`), `--batch-wait-us N` (`StreamOptions::batch_wait`).
+//! (`StreamOptions::receive_low_water`), `--batch-wait-us N` (`StreamOptions::batch_wait`),
+//! `--stream-memory BYTES` (`PgSourceOptions::stream_memory_limit`); `--heap-sample-ms N`
+//! samples the heap in use every N ms and reports its peak (memory runs only: it costs CPU).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -85,6 +87,7 @@ fn options(args: &Args) -> Result<PgSourceOptions, String> {
     options.snapshot_only = args.flag("snapshot-only");
     options.snapshot_workers = args.value("workers", options.snapshot_workers)?;
     options.snapshot_chunk_pages = args.value("chunk-pages", options.snapshot_chunk_pages)?;
+    options.stream_memory_limit = args.value("stream-memory", options.stream_memory_limit)?;
     options.stream.read_buffer_size = args.value("read-buffer", options.stream.read_buffer_size)?;
     options.stream.channel_capacity =
         args.value("channel-capacity", options.stream.channel_capacity)?;
@@ -100,17 +103,21 @@ fn options(args: &Args) -> Result<PgSourceOptions, String> {
 async fn run<S: Sink + 'static>(
     options: PgSourceOptions,
     sink: Counted<S>,
+    heap_sample_ms: Option<u64>,
 ) -> Result<String, String> {
     let counts = sink.counts();
+    let heap =
+        heap_sample_ms.map(|ms| measure::HeapSampler::start(std::time::Duration::from_millis(ms)));
     let started = Instant::now();
     let summary = Pipeline::new(PgSource::new(options), sink, PipelineConfig::default())
         .run()
         .await
         .map_err(|e| e.to_string())?;
     let elapsed = started.elapsed();
+    let heap_peak_kib = heap.map_or(0, |h| h.finish() / 1024);
     let usage = measure::self_usage().map_err(|e| e.to_string())?;
     Ok(format!(
-        "changes={}\nevents={}\nbatches={}\nconfirmed={}\nelapsed_us={}\ncpu_us={}\nvmhwm_kib={}",
+        "changes={}\nevents={}\nbatches={}\nconfirmed={}\nelapsed_us={}\ncpu_us={}\nvmhwm_kib={}\nheap_peak_kib={}",
         counts.changes(),
         counts.events(),
         counts.batches(),
@@ -118,13 +125,18 @@ async fn run<S: Sink + 'static>(
         elapsed.as_micros(),
         usage.cpu().as_micros(),
         measure::proc_status_kib("VmHWM").unwrap_or(0),
+        heap_peak_kib,
     ))
 }
 
 async fn consume(args: &Args) -> Result<String, String> {
     let options = options(args)?;
+    let heap_sample_ms = match args.get("heap-sample-ms") {
+        Some(ms) => Some(ms.parse().map_err(|e| format!("--heap-sample-ms: {e}"))?),
+        None => None,
+    };
     match args.get("sink").unwrap_or("count") {
-        "count" => run(options, Counted::new(Discard)).await,
+        "count" => run(options, Counted::new(Discard), heap_sample_ms).await,
         "feldera" => {
             let sink = FelderaStreamSink::new(
                 std::io::sink(),
@@ -134,7 +146,7 @@ async fn consume(args: &Args) -> Result<String, String> {
                 },
                 Framing::Lines,
             );
-            run(options, Counted::new(sink)).await
+            run(options, Counted::new(sink), heap_sample_ms).await
         }
         other => Err(format!("--sink {other:?}: expected count or feldera")),
     }

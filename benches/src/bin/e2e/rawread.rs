@@ -7,7 +7,8 @@
 //! triggers) waits until that much is queued, bounded by `--timeout-ms` (`SO_RCVTIMEO`).
 //!
 //! Options: `--host`, `--port`, `--slot`, `--end LSN`, `--format binary|text`,
-//! `--lowat BYTES` (default 0: the kernel default of 1 byte), `--timeout-ms N` (default 2).
+//! `--lowat BYTES` (default 0: the kernel default of 1 byte), `--timeout-ms N` (default 2),
+//! `--rcvbuf BYTES` (`SO_RCVBUF` after the connection is up; default 0: autotuned).
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -119,6 +120,7 @@ fn run(args: &Args) -> Result<String, String> {
         .map_err(|e| format!("--end: {e}"))?;
     let binary = args.get("format").unwrap_or("binary") == "binary";
     let lowat: i32 = args.value("lowat", 0)?;
+    let rcvbuf: i32 = args.value("rcvbuf", 0)?;
     let timeout_ms: u64 = args.value("timeout-ms", 2)?;
 
     let mut stream: Box<dyn Stream> = if host.starts_with('/') {
@@ -180,6 +182,9 @@ fn run(args: &Args) -> Result<String, String> {
         }
     }
     let fd = stream.as_raw_fd();
+    if rcvbuf > 0 {
+        set_sockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &rcvbuf.to_ne_bytes())?;
+    }
     if lowat > 0 {
         set_sockopt(
             fd,
