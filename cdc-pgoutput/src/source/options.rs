@@ -25,7 +25,10 @@ pub struct PgSourceOptions {
     /// configured column's type decodes from binary; otherwise the session uses text, so
     /// types without a dedicated `Value` variant keep their exact Postgres text.
     pub binary: bool,
-    /// Memory for buffered in-progress streamed transactions before they spill to disk.
+    /// Memory for buffered in-progress streamed transactions before they spill to disk
+    /// (default 32 MiB). Counts the bytes held, within one 64 KiB block per transaction.
+    /// While a committed streamed transaction is released, its part still in memory is
+    /// held until it is replayed, next to the batches in flight to the sink.
     pub stream_memory_limit: usize,
     /// Connections copying the snapshot in parallel.
     pub snapshot_workers: usize,
