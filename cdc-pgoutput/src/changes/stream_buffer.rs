@@ -245,6 +245,16 @@ impl StreamBuffers {
 
     /// Removes transaction `xid` and returns its entries in order (empty if unknown).
     pub fn take(&mut self, xid: u32) -> io::Result<Replay> {
+        // A transaction that spilled is replayed from its file first; entries still in
+        // memory would sit idle through that whole replay, next to the batches it feeds
+        // the sink. One more sequential write lets the release hold only the file reader.
+        if self
+            .txs
+            .get(&xid)
+            .is_some_and(|tx| tx.spill.is_some() && !tx.memory.is_empty())
+        {
+            self.spill(xid)?;
+        }
         let Some(tx) = self.txs.remove(&xid) else {
             return Ok(Replay {
                 file: None,
@@ -359,5 +369,27 @@ mod tests {
                 "entry still points into the chunk"
             );
         }
+    }
+
+    #[test]
+    fn a_spilled_transaction_is_released_entirely_from_its_file() {
+        let mut buffers = StreamBuffers::new(500);
+        for n in 0..100 {
+            buffers.push(1, 1, &entry(n)).unwrap();
+        }
+        assert!(
+            buffers.memory_used() > 0,
+            "the last entries are still in memory"
+        );
+        let replay = buffers.take(1).unwrap();
+        assert_eq!(replay.memory.len(), 0);
+        assert_eq!(replay.file_remaining, 100);
+        assert_eq!(collect(replay), (0..100).collect::<Vec<_>>());
+
+        // A transaction that never spilled is released from memory, with no file.
+        buffers.push(2, 2, &entry(7)).unwrap();
+        let replay = buffers.take(2).unwrap();
+        assert!(replay.file.is_none());
+        assert_eq!(collect(replay), vec![7]);
     }
 }

@@ -27,8 +27,8 @@ pub struct PgSourceOptions {
     pub binary: bool,
     /// Memory for buffered in-progress streamed transactions before they spill to disk
     /// (default 32 MiB). Counts the bytes held, within one 64 KiB block per transaction.
-    /// While a committed streamed transaction is released, its part still in memory is
-    /// held until it is replayed, next to the batches in flight to the sink.
+    /// A committed transaction that spilled is released entirely from its file, so the
+    /// release holds no buffered messages next to the batches in flight to the sink.
     pub stream_memory_limit: usize,
     /// Connections copying the snapshot in parallel.
     pub snapshot_workers: usize,
