@@ -232,6 +232,7 @@ impl StreamBuffers {
             self.memory_used -= tx.memory_bytes;
             tx.memory.clear();
             tx.memory_bytes = 0;
+            tx.block = BytesMut::new();
             if let (Some(spill), Some(offset)) = (tx.spill.as_mut(), start.file_offset) {
                 spill.writer.flush()?;
                 spill.writer.get_mut().set_len(offset)?;

@@ -211,21 +211,46 @@ fn out_of_range(
 }
 
 fn write_byte_array(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.reserve(bytes.len() * 4 + 2);
-    out.push(b'[');
-    for (i, &b) in bytes.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        if b >= 100 {
-            out.push(b'0' + b / 100);
-        }
-        if b >= 10 {
-            out.push(b'0' + b / 10 % 10);
-        }
-        out.push(b'0' + b % 10);
+    // Every byte is written as a fixed 4-byte store of its digits and a comma, then the
+    // cursor moves by the real length: no per-digit branches or pushes (bytea columns
+    // were half of the encoder's time).
+    let start = out.len();
+    out.resize(start + 2 + bytes.len() * 4, 0);
+    let buf = &mut out[start..];
+    buf[0] = b'[';
+    let mut pos = 1;
+    for &b in bytes {
+        let (digits, len) = BYTE_AND_COMMA[usize::from(b)];
+        buf[pos..pos + 4].copy_from_slice(&digits);
+        pos += usize::from(len);
     }
-    out.push(b']');
+    if bytes.is_empty() {
+        pos += 1;
+    }
+    // Over the last comma, or after the `[` of an empty array.
+    buf[pos - 1] = b']';
+    out.truncate(start + pos);
+}
+
+/// For each byte value, its decimal digits followed by a comma, padded to 4 bytes, and
+/// the length of digits and comma.
+static BYTE_AND_COMMA: [([u8; 4], u8); 256] = byte_and_comma_table();
+
+const fn byte_and_comma_table() -> [([u8; 4], u8); 256] {
+    let mut table = [([0u8; 4], 0u8); 256];
+    let mut b = 0;
+    while b < 256 {
+        let (hundreds, tens, ones) = ((b / 100) as u8, (b / 10 % 10) as u8, (b % 10) as u8);
+        table[b] = if b >= 100 {
+            ([b'0' + hundreds, b'0' + tens, b'0' + ones, b','], 4)
+        } else if b >= 10 {
+            ([b'0' + tens, b'0' + ones, b',', 0], 3)
+        } else {
+            ([b'0' + ones, b',', 0, 0], 2)
+        };
+        b += 1;
+    }
+    table
 }
 
 /// `(year, month, day)` for a date Feldera accepts (years 1..=9999).
@@ -363,4 +388,30 @@ fn write_dimension<'a>(
     }
     out.push(b']');
     Ok(())
+}
+
+#[cfg(test)]
+mod byte_array_tests {
+    use super::write_byte_array;
+
+    fn plain(bytes: &[u8]) -> String {
+        let digits: Vec<String> = bytes.iter().map(u8::to_string).collect();
+        format!("[{}]", digits.join(","))
+    }
+
+    #[test]
+    fn every_byte_value_and_length_matches_plain_formatting() {
+        let all: Vec<u8> = (0..=255).collect();
+        for len in [0, 1, 2, 3, 17, 256] {
+            for offset in [0, 9, 99, 250] {
+                let bytes: Vec<u8> = all.iter().cycle().skip(offset).take(len).copied().collect();
+                let mut out = b"prefix".to_vec();
+                write_byte_array(&mut out, &bytes);
+                assert_eq!(
+                    std::str::from_utf8(&out).unwrap(),
+                    format!("prefix{}", plain(&bytes))
+                );
+            }
+        }
+    }
 }
