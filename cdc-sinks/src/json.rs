@@ -25,9 +25,14 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 /// Appends `s` as a JSON string literal (quotes included). Control characters, `"` and `\`
 /// are escaped; everything else, including non-ASCII UTF-8, is copied unchanged.
 pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
-    out.reserve(s.len() + 2);
+    write_utf8_str(out, s.as_bytes());
+}
+
+/// [`write_str`] for bytes already known to be UTF-8 (a `Text`'s), so they are not
+/// validated again: escaping looks only at ASCII bytes and copies the rest unchanged.
+pub(crate) fn write_utf8_str(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.reserve(bytes.len() + 2);
     out.push(b'"');
-    let bytes = s.as_bytes();
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
         let esc = ESCAPE[b as usize];
@@ -93,7 +98,7 @@ pub(crate) enum InlineJsonError {
 /// The text comes from Postgres, which validated it; this only checks the structure the
 /// framing depends on (strings closed, brackets balanced, one top-level value). On error
 /// `out` is left as it was.
-pub(crate) fn write_inline_json(out: &mut Vec<u8>, text: &str) -> Result<(), InlineJsonError> {
+pub(crate) fn write_inline_json(out: &mut Vec<u8>, text: &[u8]) -> Result<(), InlineJsonError> {
     let start = out.len();
     out.reserve(text.len());
     let mut depth: usize = 0;
@@ -105,7 +110,7 @@ pub(crate) fn write_inline_json(out: &mut Vec<u8>, text: &str) -> Result<(), Inl
         out.truncate(start);
         Err(e)
     };
-    for &b in text.as_bytes() {
+    for &b in text {
         if in_string {
             out.push(b);
             if escaped {
@@ -195,7 +200,8 @@ mod tests {
 
     fn inline(v: &str) -> Result<String, InlineJsonError> {
         let mut out = b"x".to_vec();
-        write_inline_json(&mut out, v).map(|()| String::from_utf8(out[1..].to_vec()).unwrap())
+        write_inline_json(&mut out, v.as_bytes())
+            .map(|()| String::from_utf8(out[1..].to_vec()).unwrap())
     }
 
     #[test]
@@ -235,7 +241,7 @@ mod tests {
         assert_eq!(inline("1 2"), Err(InlineJsonError::TrailingData));
         assert_eq!(inline("{} {}"), Err(InlineJsonError::TrailingData));
         let mut out = b"keep".to_vec();
-        assert!(write_inline_json(&mut out, "[1,").is_err());
+        assert!(write_inline_json(&mut out, b"[1,").is_err());
         assert_eq!(out, b"keep");
     }
 
