@@ -26,7 +26,8 @@ pub struct PgSourceOptions {
     /// types without a dedicated `Value` variant keep their exact Postgres text.
     pub binary: bool,
     /// Memory for buffered in-progress streamed transactions before they spill to disk
-    /// (default 32 MiB). Counts the bytes held, within one 64 KiB block per transaction.
+    /// (default 32 MiB). Counts the bytes held, to within one partly filled 64 KiB block
+    /// per transaction and under 2% of the rest.
     /// A committed transaction that spilled is released entirely from its file, so the
     /// release holds no buffered messages next to the batches in flight to the sink.
     pub stream_memory_limit: usize,
