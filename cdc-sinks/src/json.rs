@@ -1,6 +1,8 @@
 //! Low-level JSON writing into a reused `Vec<u8>`: strings, integers, floats, and inlining
 //! of JSON text. No intermediate `serde_json::Value`; one pass over the input.
 
+use cdc_core::Text;
+
 /// How a byte must be escaped inside a JSON string: 0 = copied as is, `u` = `\u00XX`,
 /// anything else = a backslash followed by that byte.
 const ESCAPE: [u8; 256] = {
@@ -25,12 +27,18 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 /// Appends `s` as a JSON string literal (quotes included). Control characters, `"` and `\`
 /// are escaped; everything else, including non-ASCII UTF-8, is copied unchanged.
 pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
-    write_utf8_str(out, s.as_bytes());
+    write_str_bytes(out, s.as_bytes());
 }
 
-/// [`write_str`] for bytes already known to be UTF-8 (a `Text`'s), so they are not
-/// validated again: escaping looks only at ASCII bytes and copies the rest unchanged.
-pub(crate) fn write_utf8_str(out: &mut Vec<u8>, bytes: &[u8]) {
+/// [`write_str`] for a [`Text`], whose UTF-8 was checked when it was made, so it is not
+/// validated again.
+pub(crate) fn write_text(out: &mut Vec<u8>, text: &Text) {
+    write_str_bytes(out, text.as_bytes());
+}
+
+/// Escaping looks only at ASCII bytes and copies the rest unchanged, so valid UTF-8 in
+/// gives valid UTF-8 out; callers pass only bytes known to be UTF-8.
+fn write_str_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.reserve(bytes.len() + 2);
     out.push(b'"');
     let mut start = 0;

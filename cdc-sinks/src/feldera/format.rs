@@ -14,7 +14,7 @@ use super::policy::{
 };
 use crate::json::{
     InlineJsonError, write_f32, write_f64, write_inline_json, write_int, write_padded, write_str,
-    write_utf8_str,
+    write_text,
 };
 
 /// Postgres's `MAXDIM`; bounds the recursion over dimensions.
@@ -79,7 +79,7 @@ pub(crate) fn write_value(
             out.push(b'"');
         }
         Value::Numeric(_) => non_finite(out, value, policies, log, ctx)?,
-        Value::Text(t) => write_utf8_str(out, t.as_bytes()),
+        Value::Text(t) => write_text(out, t),
         Value::Bytea(bytes) => write_byte_array(out, bytes),
         Value::Date(d) => match date_ymd(*d) {
             Some(ymd) => {
@@ -138,7 +138,7 @@ pub(crate) fn write_value(
         }
         Value::Array(a) => write_array(out, a, policies, log, ctx)?,
         Value::Other(o) => match &o.repr {
-            OtherRepr::Text(t) => write_utf8_str(out, t.as_bytes()),
+            OtherRepr::Text(t) => write_text(out, t),
             OtherRepr::Binary(_) => {
                 return Err(ctx.reject(format!(
                     "a value of type {} arrived in binary form, which has no JSON representation; replicate this column in text format",
