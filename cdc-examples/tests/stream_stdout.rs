@@ -1,5 +1,6 @@
 //! `pgcdc stream` to stdout: slot creation only when asked, `--end-lsn`, output policies,
-//! `--snapshot initial-only`, `--create-publication`, graceful SIGINT, and the summaries.
+//! `--snapshot initial-only` (also rerun into a complete `--out-dir`), `--create-publication`,
+//! graceful SIGINT, and the summaries.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -177,4 +178,74 @@ async fn stream_to_stdout_with_policies_sigint_end_lsn_and_explicit_slot_creatio
     assert_eq!(changes.len(), 1, "only what changed since: {changes:?}");
     assert_eq!(changes[0]["insert"]["id"], 4);
     assert!(stderr.contains("public.m"), "text summary: {stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initial_only_into_an_out_dir_twice_copies_the_rows_once() {
+    let cluster = Cluster::new().await.unwrap();
+    cluster
+        .execute(
+            "CREATE TABLE public.t (id int PRIMARY KEY, v text);
+             INSERT INTO public.t SELECT g, 'v' || g FROM generate_series(1, 300) g;
+             CREATE PUBLICATION pub FOR TABLE public.t;",
+        )
+        .await
+        .unwrap();
+    let uri = cluster.uri("postgres", ADMIN_USER, None);
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("out");
+    let command = || {
+        pgcdc([
+            "stream",
+            "--uri",
+            &uri,
+            "--publication",
+            "pub",
+            "--table",
+            "public.t",
+            "--snapshot",
+            "initial-only",
+            "--out-dir",
+            dir.to_str().unwrap(),
+        ])
+    };
+    let file = dir.join("public.t.json");
+
+    let output = run(command(), TIMEOUT);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let first = std::fs::read_to_string(&file).unwrap();
+    let mut copied: Vec<(i64, String)> = lines(first.as_bytes())
+        .iter()
+        .map(|l| {
+            let row = &l["insert"];
+            (
+                row["id"].as_i64().unwrap(),
+                row["v"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    copied.sort();
+    let expected: Vec<(i64, String)> = cluster
+        .connect("postgres")
+        .await
+        .unwrap()
+        .query("SELECT id::bigint, v FROM public.t ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(copied, expected);
+
+    // The rerun finds the completed snapshot in the output: nothing to copy, no error,
+    // and the files stay as they were.
+    let output = run(command(), TIMEOUT);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("nothing to do"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), first);
 }

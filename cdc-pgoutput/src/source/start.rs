@@ -34,12 +34,15 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
     let config = source.options.config.clone();
     config.validate()?;
     let mid_snapshot = resume.is_some_and(|t| t.snapshot.is_some());
+    // An initial-only run whose sink already holds the completed snapshot: its temporary
+    // slot went with that session, and there is nothing left to copy.
+    let snapshot_only_done = source.options.snapshot_only && resume.is_some() && !mid_snapshot;
     let sql = connect_sql(&config.connection).await?;
     let report = preflight(
         &sql,
         &config,
         &PreflightOptions {
-            slot_must_exist: resume.is_some() && !mid_snapshot,
+            slot_must_exist: resume.is_some() && !mid_snapshot && !snapshot_only_done,
             own_pid: None,
         },
     )
@@ -66,6 +69,20 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
         check_resume(&token.source, &identity)?;
     }
     source.identity = Some(identity);
+    if let Some(token) = resume.filter(|_| snapshot_only_done) {
+        // Copying again would deliver every row a second time to a sink that has them.
+        // A warning, as a user who expected a new snapshot must learn why none was taken.
+        tracing::warn!(
+            "the output already holds the complete initial-only snapshot of an earlier run: \
+             nothing to do (for a new snapshot, run into an empty output)"
+        );
+        source.covered_position = token.position;
+        source.covered_end = token.commit_end;
+        source.queued_upto = token.position;
+        repl.close().await;
+        source.phase = Phase::Ended;
+        return Ok(token.commit_end.unwrap_or(Lsn::ZERO));
+    }
 
     let streaming = source.options.streaming;
     let pgoutput = PgOutputOptions {
