@@ -225,12 +225,10 @@ fn write_byte_array(out: &mut Vec<u8>, bytes: &[u8]) {
         buf[pos..pos + 4].copy_from_slice(&digits);
         pos += usize::from(len);
     }
-    if bytes.is_empty() {
-        pos += 1;
-    }
     // Over the last comma, or after the `[` of an empty array.
-    buf[pos - 1] = b']';
-    out.truncate(start + pos);
+    let end = if bytes.is_empty() { pos + 1 } else { pos };
+    buf[end - 1] = b']';
+    out.truncate(start + end);
 }
 
 /// For each byte value, its decimal digits followed by a comma, padded to 4 bytes, and

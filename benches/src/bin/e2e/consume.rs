@@ -10,7 +10,8 @@
 //! `--read-buffer BYTES`, `--channel-capacity N`, `--max-events N`, `--low-water BYTES`
 //! (`StreamOptions::receive_low_water`), `--batch-wait-us N` (`StreamOptions::batch_wait`),
 //! `--stream-memory BYTES` (`PgSourceOptions::stream_memory_limit`); `--heap-sample-ms N`
-//! samples the heap in use every N ms and reports its peak (memory runs only: it costs CPU).
+//! samples the heap in use every N ms and reports its peak (default 0: off; memory runs
+//! only, it costs CPU).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -103,11 +104,11 @@ fn options(args: &Args) -> Result<PgSourceOptions, String> {
 async fn run<S: Sink + 'static>(
     options: PgSourceOptions,
     sink: Counted<S>,
-    heap_sample_ms: Option<u64>,
+    heap_sample_ms: u64,
 ) -> Result<String, String> {
     let counts = sink.counts();
-    let heap =
-        heap_sample_ms.map(|ms| measure::HeapSampler::start(std::time::Duration::from_millis(ms)));
+    let heap = (heap_sample_ms > 0)
+        .then(|| measure::HeapSampler::start(std::time::Duration::from_millis(heap_sample_ms)));
     let started = Instant::now();
     let summary = Pipeline::new(PgSource::new(options), sink, PipelineConfig::default())
         .run()
@@ -131,10 +132,7 @@ async fn run<S: Sink + 'static>(
 
 async fn consume(args: &Args) -> Result<String, String> {
     let options = options(args)?;
-    let heap_sample_ms = match args.get("heap-sample-ms") {
-        Some(ms) => Some(ms.parse().map_err(|e| format!("--heap-sample-ms: {e}"))?),
-        None => None,
-    };
+    let heap_sample_ms = args.value("heap-sample-ms", 0u64)?;
     match args.get("sink").unwrap_or("count") {
         "count" => run(options, Counted::new(Discard), heap_sample_ms).await,
         "feldera" => {
