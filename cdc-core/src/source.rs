@@ -46,6 +46,13 @@ pub trait Source: Send {
     async fn close(&mut self) -> Result<()> {
         Ok(())
     }
+
+    /// Called instead of [`Self::close`] when a shutdown interrupted [`Self::start`] (its
+    /// future was dropped): undoes what the interrupted start left behind that nothing
+    /// can refer to yet, e.g. a replication slot it created, which no resume token names.
+    async fn abandon_start(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Where the pipeline reports how far the source may confirm, and where the source reads

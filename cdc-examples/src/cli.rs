@@ -230,7 +230,8 @@ pub struct PolicyArgs {
     /// (`"NaN"`) as a string.
     #[arg(long, value_enum, default_value_t = ValuePolicyArg::Error)]
     pub on_non_finite: ValuePolicyArg,
-    /// Dates/timestamps outside 0001..9999 and ±infinity: `error`, `null` or `string`.
+    /// Dates/timestamps outside 0001..9999, ±infinity, and `time '24:00:00'` (Feldera's TIME
+    /// stops at 23:59:59.999999): `error`, `null` or `string`.
     #[arg(long, value_enum, default_value_t = ValuePolicyArg::Error)]
     pub on_out_of_range: ValuePolicyArg,
     /// Arrays whose lower bound is not 1: `error`, `drop-bounds` or `string`.

@@ -174,7 +174,8 @@ impl Summary {
                 if snapshot.complete {
                     "complete"
                 } else {
-                    "incomplete (a restart continues it)"
+                    "incomplete: a rerun takes the whole snapshot again on a new slot \
+                     (an --out-dir first drops the partial copy)"
                 }
             );
         }

@@ -579,3 +579,111 @@ async fn generated_values_match_postgres_output() {
         .collect();
     round_trip_through_postgres(&pg, oids::INTERVAL, "interval", &intervals).await;
 }
+
+/// Rows of a simple query, every column as Postgres's text.
+async fn text_rows(client: &Client, sql: &str) -> Vec<Vec<String>> {
+    client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some(
+                (0..row.len())
+                    .map(|i| row.get(i).unwrap_or("").to_owned())
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+fn unhex(hex: &str) -> Bytes {
+    let hex = hex.strip_prefix("\\x").unwrap_or(hex);
+    (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+/// Dates and timestamps across Postgres's whole range (4714-11-24 BC to 5874897 AD for
+/// dates, to 294276 AD for timestamps): a stride through the range plus Feb 28, Feb 29
+/// (Postgres's own "day before March 1") and March 1 of every year divisible by 100.
+/// Postgres's day count, text output and binary send output are the oracle: the text and
+/// the binary value must decode to the value Postgres counted, which must print as
+/// Postgres printed it.
+#[tokio::test(flavor = "multi_thread")]
+async fn dates_and_timestamps_across_postgres_whole_range_match_postgres_output() {
+    use cdc_core::value::{Date, Timestamp};
+    let pg = Oracle::start().await;
+    let date_ty = pg.registry.resolve(oids::DATE);
+    let ts_ty = pg.registry.resolve(oids::TIMESTAMP);
+    let tstz_ty = pg.registry.resolve(oids::TIMESTAMPTZ);
+    let days_sql = "WITH days AS ( \
+           SELECT '2000-01-01'::date + n AS d FROM generate_series(-2451545, 2145031948, 9973) n \
+           UNION ALL SELECT '2000-01-01'::date + 2145031948 \
+           UNION ALL SELECT make_date(y, 3, 1) + k FROM generate_series(-4700, 5874800, 100) y, \
+                  generate_series(-2, 0) k WHERE y <> 0) \
+         SELECT d - '2000-01-01'::date, d, encode(date_send(d), 'hex'), \
+                CASE WHEN d <= '294276-12-31'::date THEN \
+                    d + make_time(((d - '2000-01-01'::date) % 24 + 24) % 24, 17, 59.123457) END \
+         FROM days";
+    let rows = text_rows(&pg.client, &format!("SELECT count(*) FROM ({days_sql}) s")).await;
+    let count: usize = rows[0][0].parse().unwrap();
+    assert!(count > 390_000, "{count}");
+    let rows = text_rows(
+        &pg.client,
+        &format!(
+            "SELECT s.*, ts::text, encode(timestamp_send(ts), 'hex'), \
+                    (ts AT TIME ZONE 'UTC')::text, \
+                    encode(timestamptz_send(ts AT TIME ZONE 'UTC'), 'hex') \
+             FROM ({days_sql}) s(days, d, d_bin, ts) WHERE ts IS NOT NULL \
+             UNION ALL SELECT s.*, NULL, NULL, NULL, NULL FROM ({days_sql}) s(days, d, d_bin, ts) \
+             WHERE ts IS NULL"
+        ),
+    )
+    .await;
+    assert_eq!(rows.len(), count);
+    let mut leap_days = 0;
+    let mut timestamps = 0;
+    for row in &rows {
+        let days: i32 = row[0].parse().unwrap();
+        let expected = Value::Date(Date::Days(days));
+        let text = &row[1];
+        let from_text = decode_text(&date_ty, &Bytes::from(text.clone())).unwrap();
+        let from_binary = decode_binary(&date_ty, &unhex(&row[2])).unwrap();
+        assert_eq!(from_text, expected, "date {text} (day {days})");
+        assert_eq!(from_binary, expected, "date {text} (day {days})");
+        assert_eq!(
+            expected.to_pg_text().as_deref(),
+            Some(text.as_str()),
+            "day {days}"
+        );
+        if text.contains("-02-29") {
+            leap_days += 1;
+        }
+        if row.len() < 8 || row[4].is_empty() {
+            continue;
+        }
+        let (ts_text, ts_bin, tstz_text, tstz_bin) = (&row[4], &row[5], &row[6], &row[7]);
+        let from_text = decode_text(&ts_ty, &Bytes::from(ts_text.clone())).unwrap();
+        let from_binary = decode_binary(&ts_ty, &unhex(ts_bin)).unwrap();
+        assert_eq!(from_text, from_binary, "timestamp {ts_text}");
+        assert!(matches!(
+            from_binary,
+            Value::Timestamp(Timestamp::Micros(_))
+        ));
+        assert_eq!(from_binary.to_pg_text().as_deref(), Some(ts_text.as_str()));
+        let from_text = decode_text(&tstz_ty, &Bytes::from(tstz_text.clone())).unwrap();
+        let from_binary = decode_binary(&tstz_ty, &unhex(tstz_bin)).unwrap();
+        assert_eq!(from_text, from_binary, "timestamptz {tstz_text}");
+        assert_eq!(
+            from_binary.to_pg_text().as_deref(),
+            Some(tstz_text.as_str())
+        );
+        timestamps += 1;
+    }
+    // Years divisible by 400 between 4700 BC and 5874800 AD (year 0 is skipped).
+    assert!(leap_days > 14_000, "{leap_days}");
+    assert!(timestamps > 10_000, "{timestamps}");
+}

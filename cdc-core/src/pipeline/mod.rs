@@ -148,7 +148,27 @@ impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
                 "the pipeline's source is gone (run called twice?)",
             ));
         };
-        let start = source.start(resume.as_ref()).await?;
+        // A start may wait long (a slot created on a standby waits for the primary's next
+        // running-transactions record): a shutdown request interrupts it.
+        let mut shutdown_rx = self.shutdown_rx.clone();
+        let started = tokio::select! {
+            biased;
+            started = source.start(resume.as_ref()) => Some(started?),
+            _ = shutdown_rx.wait_for(|stop| *stop) => None,
+        };
+        let Some(start) = started else {
+            source.abandon_start().await?;
+            self.sink.close().await?;
+            return Ok(RunSummary {
+                stats: self.stats.snapshot(),
+                confirmed: resume
+                    .as_ref()
+                    .and_then(|t| t.commit_end)
+                    .unwrap_or(Lsn::ZERO),
+                last_token: resume,
+                end: RunEnd::Shutdown,
+            });
+        };
         self.stats.set_confirmed(start);
         let mut state = RunState {
             watermark: Watermark::new(self.config.commit_mode, start),
@@ -162,7 +182,6 @@ impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
         };
         let mut checkpoint_timer = tokio::time::interval(self.config.checkpoint_interval);
         checkpoint_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut shutdown_rx = self.shutdown_rx.clone();
         let confirm_handle = source.confirm_handle();
         // The source runs in its own task, so a `next_batch` call is never interrupted by
         // acknowledgements or checkpoint ticks: the source may do long work there

@@ -79,11 +79,17 @@ pub struct Interval {
 
 /// Calendar date from a Julian day number (Postgres's `j2date`). Years ≤ 0 are BC
 /// (year 0 is 1 BC).
+///
+/// Checked against chrono for every day chrono can represent from Postgres's first day
+/// (4714-11-24 BC) on, and against Postgres's own output across its whole range
+/// (`cdc-pgoutput`'s `types_against_postgres`).
 pub fn julian_to_ymd(jd: i64) -> (i64, u32, u32) {
     let mut julian = jd + 32044;
     let mut quad = julian.div_euclid(146_097);
+    // `extra / 146097` is 1 only on the last day of a 400-year cycle (a Feb 29 of a year
+    // divisible by 400), where it moves the day out of the cycle's count.
     let extra = (julian - quad * 146_097) * 4 + 3;
-    julian += 60 + quad * 3 + extra.div_euclid(146_096);
+    julian += 60 + quad * 3 + extra.div_euclid(146_097);
     quad = julian.div_euclid(1461);
     julian -= quad * 1461;
     let mut y = julian * 4 / 1461;
@@ -424,6 +430,83 @@ mod tests {
         assert_eq!(
             TimestampTz::Micros(0).unix_micros(),
             Some(946_684_800 * USECS_PER_SEC)
+        );
+    }
+
+    /// Postgres's first day, 4714-11-24 BC (Julian day 0), as days since 2000-01-01.
+    const FIRST_POSTGRES_DAY: i64 = -POSTGRES_EPOCH_JDATE;
+
+    /// Every day from Postgres's first to chrono's last (262142-12-31) against chrono's
+    /// calendar, both ways: the oracle is an implementation nobody here wrote. (Postgres's
+    /// own output covers the rest of its range in `cdc-pgoutput`'s `types_against_postgres`.)
+    #[test]
+    fn every_day_chrono_can_represent_matches_chrono() {
+        use chrono::Datelike;
+        let first = chrono::NaiveDate::from_ymd_opt(-4713, 11, 24).unwrap();
+        assert_eq!(
+            Date::from_chrono(first),
+            Date::Days(FIRST_POSTGRES_DAY as i32)
+        );
+        let mut day = first;
+        let mut days = FIRST_POSTGRES_DAY;
+        let mut checked = 0u64;
+        loop {
+            let expected = (i64::from(day.year()), day.month(), day.day());
+            let jd = days + POSTGRES_EPOCH_JDATE;
+            let got = julian_to_ymd(jd);
+            if got != expected || ymd_to_julian(expected.0, expected.1, expected.2) != jd {
+                panic!(
+                    "day {days} (Julian {jd}): chrono says {expected:?}, julian_to_ymd says {got:?}, \
+                     ymd_to_julian says {}",
+                    ymd_to_julian(expected.0, expected.1, expected.2)
+                );
+            }
+            checked += 1;
+            match day.succ_opt() {
+                Some(next) => day = next,
+                None => break,
+            }
+            days += 1;
+        }
+        assert_eq!(day, chrono::NaiveDate::MAX);
+        assert!(checked > 97_000_000, "{checked}");
+    }
+
+    /// Every date of 0001–9999 as text (and as chrono) against chrono's formatting,
+    /// including the 24 February 29ths of years divisible by 400 that once came out as
+    /// March 1.
+    #[test]
+    fn every_date_of_years_1_to_9999_displays_like_chrono() {
+        let mut day = chrono::NaiveDate::from_ymd_opt(1, 1, 1).unwrap();
+        let last = chrono::NaiveDate::from_ymd_opt(9999, 12, 31).unwrap();
+        let mut text = String::new();
+        loop {
+            let date = Date::from_chrono(day);
+            text.clear();
+            write!(text, "{date}").unwrap();
+            assert_eq!(text, day.format("%Y-%m-%d").to_string());
+            assert_eq!(date.to_chrono(), Some(day));
+            if day == last {
+                break;
+            }
+            day = day.succ_opt().unwrap();
+        }
+    }
+
+    #[test]
+    fn leap_days_of_years_divisible_by_400() {
+        for year in [-400, 0, 400, 1600, 2000, 2400, 9600, 10_000, 294_000] {
+            let jd = ymd_to_julian(year, 2, 29);
+            assert_eq!(julian_to_ymd(jd), (year, 2, 29), "{year}");
+            assert_eq!(julian_to_ymd(jd + 1), (year, 3, 1), "{year}");
+        }
+        let days = (ymd_to_julian(2000, 2, 29) - POSTGRES_EPOCH_JDATE) as i32;
+        assert_eq!(Date::Days(days).to_string(), "2000-02-29");
+        let micros = i64::from(days) * USECS_PER_DAY + 3_723_000_000;
+        assert_eq!(Timestamp::Micros(micros).to_string(), "2000-02-29 01:02:03");
+        assert_eq!(
+            TimestampTz::Micros(micros).to_string(),
+            "2000-02-29 01:02:03+00"
         );
     }
 

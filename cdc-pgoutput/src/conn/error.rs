@@ -32,13 +32,18 @@ pub enum Activity {
 ///   in use): [`ErrorKind::Config`];
 /// - `57P01` admin shutdown, `57P02` crash shutdown, `57P03` cannot connect now,
 ///   `53300` too many connections, other class `53` (resources), class `08` (connection),
-///   class `58` (system I/O), `40001`/`40P01`: [`ErrorKind::Transient`];
+///   class `58` (system I/O), `40001`/`40P01`, and a session ended by a timeout
+///   (`25P03` idle in transaction, `25P04` transaction, `57P05` idle session — pgcdc
+///   switches these off in its sessions, so they mean a pooler or proxy in between):
+///   [`ErrorKind::Transient`];
 /// - anything else: [`ErrorKind::Config`] — an unexpected server error is surfaced, not
 ///   retried forever.
 pub fn classify_sqlstate(code: &str) -> ErrorKind {
     match code {
         "28000" | "28P01" | "3D000" | "42501" | "53400" => ErrorKind::Config,
-        "57P01" | "57P02" | "57P03" | "53300" | "40001" | "40P01" => ErrorKind::Transient,
+        "57P01" | "57P02" | "57P03" | "57P05" | "53300" | "40001" | "40P01" | "25P03" | "25P04" => {
+            ErrorKind::Transient
+        }
         _ if code.starts_with("08") || code.starts_with("53") || code.starts_with("58") => {
             ErrorKind::Transient
         }
@@ -224,7 +229,7 @@ mod tests {
             assert_eq!(classify_sqlstate(code), ErrorKind::Config, "{code}");
         }
         for code in [
-            "57P01", "57P03", "53300", "08006", "08P01", "58030", "53100",
+            "57P01", "57P03", "53300", "08006", "08P01", "58030", "53100", "25P03", "57P05",
         ] {
             assert_eq!(classify_sqlstate(code), ErrorKind::Transient, "{code}");
         }

@@ -16,6 +16,7 @@
 //!   `START_REPLICATION`).
 //! - [`stream`]: [`ReplicationStream`], the CopyBoth stream, run by a background task that
 //!   answers keepalives and sends status updates even while the consumer does not read.
+//! - [`session`]: the settings every session pins (text output, timeouts), in one place.
 //! - [`sql`]: an ordinary `tokio-postgres` client over the same transport and TLS settings.
 //! - [`preflight`]: `wal_level`, privileges, publication, tables, replica identity and slot
 //!   health ([`slot`]), as a report of problems with fixes.
@@ -29,6 +30,7 @@ pub mod identity;
 pub mod preflight;
 mod read_batching;
 pub mod replication;
+pub mod session;
 pub mod slot;
 pub mod sql;
 pub mod stream;

@@ -86,6 +86,24 @@ pub enum ProblemKind {
         /// The publication.
         publication: String,
     },
+    /// The server is a standby whose version cannot decode logically in recovery
+    /// (PostgreSQL 16 added logical decoding on a standby).
+    StandbyTooOld {
+        /// `server_version_num`.
+        version: u32,
+    },
+    /// A standby (16+) with `hot_standby_feedback = off`: the primary may remove rows the
+    /// slot still needs, which invalidates the slot.
+    StandbyWithoutFeedback,
+    /// A timeout pgcdc switches off in its sessions is still on in them (a pooler or
+    /// proxy that does not pass session settings): it can end the session that exported
+    /// the snapshot, or a long COPY.
+    SessionTimeout {
+        /// The setting.
+        name: String,
+        /// Its value in pgcdc's session.
+        value: String,
+    },
     /// The slot.
     Slot(SlotProblem),
 }
@@ -160,6 +178,21 @@ impl Problem {
             ProblemKind::EmptyPublication { publication } => {
                 format!("publication {publication:?} contains no tables")
             }
+            ProblemKind::StandbyTooOld { version } => format!(
+                "the server is a standby (in recovery) running PostgreSQL {}.{}: logical decoding on a standby needs PostgreSQL 16 or later",
+                version / 10000,
+                version % 10000 / 100
+            ),
+            ProblemKind::StandbyWithoutFeedback => {
+                "the server is a standby with hot_standby_feedback = off: \
+                 the primary may remove rows the slot still needs, which invalidates the slot"
+                    .to_owned()
+            }
+            ProblemKind::SessionTimeout { name, value } => format!(
+                "{name} is {value} in pgcdc's sessions although pgcdc sets it to 0 when it connects \
+                 (a connection pooler or proxy that does not pass session settings?): it can end the \
+                 session that holds the snapshot open, or a long COPY"
+            ),
             ProblemKind::Slot(slot) => slot.message(),
         }
     }
@@ -199,6 +232,18 @@ impl Problem {
             ProblemKind::EmptyPublication { publication } => format!(
                 "ALTER PUBLICATION {} ADD TABLE schema.table;",
                 quote_identifier(publication)
+            ),
+            ProblemKind::StandbyTooOld { .. } => {
+                "connect pgcdc to the primary, or upgrade the standby to PostgreSQL 16+".to_owned()
+            }
+            ProblemKind::StandbyWithoutFeedback => {
+                "on the standby: ALTER SYSTEM SET hot_standby_feedback = on; SELECT pg_reload_conf(); \
+                 and give it a physical slot on the primary (primary_slot_name)"
+                    .to_owned()
+            }
+            ProblemKind::SessionTimeout { name, .. } => format!(
+                "connect pgcdc to the server directly, or switch the timeout off for its role: \
+                 ALTER ROLE <role> SET {name} = 0"
             ),
             ProblemKind::Slot(slot) => slot.fix(),
         }
@@ -251,6 +296,8 @@ pub struct PreflightReport {
     /// The tables that will be streamed: the configured ones that are in the publication,
     /// or every table of the publication when none are configured.
     pub tables: Vec<PublishedTable>,
+    /// Whether the server is a standby (`pg_is_in_recovery()`).
+    pub in_recovery: bool,
     /// The slot's state; `None` if it does not exist.
     pub slot: Option<SlotInfo>,
     /// Every problem, errors first.
@@ -349,7 +396,8 @@ pub async fn preflight(
     let row = client
         .query_one(
             "SELECT current_setting('server_version_num')::int4, current_setting('wal_level'), \
-             current_user::text, r.rolreplication, r.rolsuper \
+             current_user::text, r.rolreplication, r.rolsuper, pg_is_in_recovery(), \
+             current_setting('hot_standby_feedback') = 'on' \
              FROM pg_roles r WHERE r.rolname = current_user",
             &[],
         )
@@ -360,8 +408,33 @@ pub async fn preflight(
     let role: String = row.try_get(2).map_err(sql_error)?;
     let replication: bool = row.try_get(3).map_err(sql_error)?;
     let superuser: bool = row.try_get(4).map_err(sql_error)?;
+    let in_recovery: bool = row.try_get(5).map_err(sql_error)?;
+    let feedback: bool = row.try_get(6).map_err(sql_error)?;
+    let version_num = u32::try_from(version).unwrap_or_default();
 
     let mut problems = Vec::new();
+    if in_recovery && version_num < 160000 {
+        problems.push(Problem::error(ProblemKind::StandbyTooOld {
+            version: version_num,
+        }));
+    } else if in_recovery && !feedback {
+        problems.push(Problem::warning(ProblemKind::StandbyWithoutFeedback));
+    }
+    let timeouts: Vec<&str> = super::session::disabled_timeouts().collect();
+    for row in client
+        .query(
+            "SELECT name::text, setting::text FROM pg_settings \
+             WHERE name = ANY($1::text[]) AND setting <> '0'",
+            &[&timeouts],
+        )
+        .await
+        .map_err(sql_error)?
+    {
+        problems.push(Problem::warning(ProblemKind::SessionTimeout {
+            name: row.try_get(0).map_err(sql_error)?,
+            value: row.try_get(1).map_err(sql_error)?,
+        }));
+    }
     if wal_level != "logical" {
         problems.push(Problem::error(ProblemKind::WalLevel {
             actual: wal_level.clone(),
@@ -510,7 +583,8 @@ pub async fn preflight(
     problems.sort_by_key(|p| p.severity);
 
     Ok(PreflightReport {
-        server_version_num: u32::try_from(version).unwrap_or_default(),
+        server_version_num: version_num,
+        in_recovery,
         role,
         wal_level,
         tables,
@@ -544,6 +618,7 @@ mod tests {
             role: "u".into(),
             wal_level: "replica".into(),
             tables: Vec::new(),
+            in_recovery: false,
             slot: None,
             problems: vec![
                 Problem::error(ProblemKind::WalLevel {

@@ -311,6 +311,9 @@ impl ReplicationConnection {
                 })?
             }
         };
+        if let Some(sql) = super::session::late_settings_sql(conn.server_version_num) {
+            conn.simple_query(&sql).await?;
+        }
         Ok(conn)
     }
 

@@ -15,7 +15,8 @@ use super::error::{Activity, from_tokio_postgres};
 use super::transport::{self, describe_target};
 
 /// The `tokio_postgres::Config` for `config`'s user, password, database,
-/// `application_name`, `options` and `connect_timeout`, for use with a socket from our
+/// `application_name`, `options` (followed by the pinned session settings, see
+/// [`super::session`]) and `connect_timeout`, for use with a socket from our
 /// transport (so `ssl_mode` is `Disable`: TLS, when used, is already set up below it).
 pub fn tokio_postgres_config(config: &ConnectionConfig) -> tokio_postgres::Config {
     let mut pg = tokio_postgres::Config::new();
@@ -29,9 +30,8 @@ pub fn tokio_postgres_config(config: &ConnectionConfig) -> tokio_postgres::Confi
     if let Some(app) = &config.application_name {
         pg.application_name(app);
     }
-    if let Some(options) = &config.options {
-        pg.options(options);
-    }
+    // The settings every session pins (text output, timeouts) follow the user's options.
+    pg.options(super::session::startup_options(config.options.as_deref()));
     if let Some(timeout) = config.connect_timeout {
         pg.connect_timeout(timeout);
     }
@@ -68,6 +68,12 @@ pub async fn connect_sql(config: &ConnectionConfig) -> Result<Client> {
                     tracing::debug!(error = %e, "SQL connection ended");
                 }
             });
+            client
+                .batch_execute(&super::session::late_settings_query())
+                .await
+                .map_err(|e| {
+                    from_tokio_postgres(e, Activity::Command, "cannot pin the session's timeouts")
+                })?;
             Ok::<_, Error>(client)
         }
     })

@@ -98,21 +98,17 @@ impl Wire {
         ];
         if replication {
             params.push(("replication", "database"));
-            // pgoutput's text format is each type's output function in this session: pin
-            // the settings that shape it, so values parse the same on every server.
-            params.extend([
-                ("DateStyle", "ISO"),
-                ("IntervalStyle", "postgres"),
-                ("extra_float_digits", "3"),
-                ("TimeZone", "UTC"),
-                ("bytea_output", "hex"),
-            ]);
         }
         if let Some(app) = &config.application_name {
             params.push(("application_name", app.as_str()));
         }
         if let Some(options) = &config.options {
             params.push(("options", options.as_str()));
+        }
+        // pgoutput's text format is each type's output function in this session; startup
+        // parameters win over `options`, the role's and the database's defaults.
+        for (name, value) in super::session::pinned_settings() {
+            params.push((name, value));
         }
         frontend::startup_message(params.iter().copied(), &mut wire.wbuf)
             .map_err(|e| Error::config(format!("invalid startup parameter: {e}")))?;

@@ -107,20 +107,29 @@ pub fn items_per_table(items: &[WorkItem], tables: usize) -> Vec<usize> {
     counts
 }
 
+/// A column of a type without a binary decoder, as its type's output function prints it
+/// (the binary form of `text` is its UTF-8 bytes), so the snapshot carries exactly the
+/// text the walsender sends for it. Not `column::text`: a cast to text is a function of
+/// its own for some types (`inet` adds the netmask, `xml` keeps its declaration), while
+/// `format('%s', …)` calls the output function. `num_nulls` keeps NULL apart from a
+/// composite whose fields are all NULL (for which `IS NULL` is true).
+fn output_function_text(column: &str) -> String {
+    format!("CASE WHEN num_nulls({column}) = 0 THEN format('%s', {column}) END")
+}
+
 /// The COPY statement for one item.
 pub fn copy_statement(table: &CatalogTable, item: &WorkItem) -> String {
-    // Types without a binary decoder are read as their text output (the binary form of
-    // `text` is its UTF-8 bytes), so the snapshot carries their exact Postgres text.
     let columns: Vec<String> = table
         .schema
         .columns
         .iter()
         .zip(&table.column_types)
         .map(|(c, ty)| {
+            let column = quote_identifier(&c.name);
             if decodes_from_binary(ty) {
-                quote_identifier(&c.name)
+                column
             } else {
-                format!("{}::text", quote_identifier(&c.name))
+                output_function_text(&column)
             }
         })
         .collect();
@@ -188,7 +197,20 @@ async fn worker(
             snapshot_name.replace('\'', "''")
         ))
         .await
-        .map_err(sql_error("cannot import the slot's exported snapshot"))?;
+        .map_err(|e| {
+            let gone = e.code() == Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE);
+            let error = from_tokio_postgres(e, Activity::Command, "cannot import the slot's exported snapshot");
+            if gone {
+                // The exporting session ended before this worker imported its snapshot
+                // ("invalid snapshot identifier"): the snapshot is taken again.
+                Error::transient(
+                    "the session that exported the snapshot ended before every copy worker imported it",
+                )
+                .with_source(error)
+            } else {
+                error
+            }
+        })?;
     loop {
         let item = match queue.lock() {
             Ok(mut q) => q.pop_front(),

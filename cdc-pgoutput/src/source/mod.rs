@@ -85,6 +85,10 @@ pub struct PgSource {
     /// The replication session that created the slot, kept idle while the snapshot it
     /// exported is being copied.
     parked: Option<ReplicationConnection>,
+    /// Whether `start` began creating the slot (to drop it if `start` is abandoned).
+    creating_slot: bool,
+    /// Whether the server is a standby (slot creation waits for the primary there).
+    in_recovery: bool,
 }
 
 impl PgSource {
@@ -114,6 +118,8 @@ impl PgSource {
             inbox: VecDeque::new(),
             snapshot_progress: None,
             parked: None,
+            creating_slot: false,
+            in_recovery: false,
         }
     }
 
@@ -476,8 +482,46 @@ impl Source for PgSource {
         self.confirm.clone()
     }
 
+    async fn abandon_start(&mut self) -> Result<()> {
+        self.phase = Phase::Ended;
+        self.parked = None;
+        self.stream = None;
+        if !self.creating_slot {
+            return Ok(());
+        }
+        // The slot was being created (or was created) by this start, so no sink holds a
+        // token for it: drop it rather than leave it retaining WAL. A creation cut short
+        // is undone by the server itself once our session is gone; the drop then finds
+        // nothing. Bounded, so a stop stays prompt.
+        let drop = async {
+            let mut repl = ReplicationConnection::connect(&self.options.config.connection).await?;
+            let dropped = repl.drop_slot(&self.slot, true).await;
+            repl.close().await;
+            match dropped {
+                Ok(()) => {
+                    tracing::warn!(slot = %self.slot, "dropped the slot this run created but never used");
+                    Ok(())
+                }
+                Err(e) if e.kind() == ErrorKind::ResyncRequired => Ok(()), // never created
+                Err(e) => Err(e),
+            }
+        };
+        match tokio::time::timeout(Duration::from_secs(10), drop).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::transient(format!(
+                "stopped while creating replication slot {:?}, and could not drop it within 10 s: \
+                 check pg_replication_slots and drop it if it is there (pgcdc drop-slot)",
+                self.slot
+            ))),
+        }
+    }
+
     async fn close(&mut self) -> Result<()> {
         self.phase = Phase::Ended;
+        // The pipeline's final confirmation (after its last checkpoint) arrives after the
+        // last `next_batch`: pass it on, so the stream's farewell status update carries it
+        // and the slot ends where the sink's state does.
+        self.apply_confirmation();
         if let Some(stream) = self.stream.take() {
             stream.close().await?;
         }

@@ -11,8 +11,8 @@ use super::snapshot_phase::SnapshotPhase;
 use super::{Pending, PgSource, Phase};
 use crate::changes::{ChangeAssembler, TableRouting};
 use crate::conn::{
-    CreateSlotOptions, PgOutputOptions, PreflightOptions, ReplicationConnection, SnapshotAction,
-    SnapshotMode, check_resume, connect_sql, preflight,
+    CreateSlotOptions, CreatedSlot, PgOutputOptions, PreflightOptions, ReplicationConnection,
+    SnapshotAction, SnapshotMode, check_resume, connect_sql, preflight,
 };
 use crate::protocol::pgoutput::ProtocolVersion;
 use crate::snapshot::copy;
@@ -49,6 +49,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
     .await?
     .into_result()?;
     source.server_version = report.server_version_num;
+    source.in_recovery = report.in_recovery;
     let table_names: Vec<TableName> = if config.tables.is_empty() {
         report.table_names()
     } else {
@@ -151,16 +152,16 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                 source.queued_upto = token.position;
             }
             if !wants_snapshot {
-                let created = repl
-                    .create_slot(
-                        &source.slot,
-                        CreateSlotOptions {
-                            temporary: false,
-                            snapshot: SnapshotAction::NoExport,
-                            two_phase: false,
-                        },
-                    )
-                    .await?;
+                let created = create_slot(
+                    source,
+                    &mut repl,
+                    CreateSlotOptions {
+                        temporary: false,
+                        snapshot: SnapshotAction::NoExport,
+                        two_phase: false,
+                    },
+                )
+                .await?;
                 source.confirmed = created.consistent_point;
                 start_streaming(source, repl, created.consistent_point).await?;
                 return Ok(created.consistent_point);
@@ -177,16 +178,17 @@ pub(super) async fn begin_snapshot(
     mut repl: ReplicationConnection,
     restarted: bool,
 ) -> Result<Lsn> {
-    let created = repl
-        .create_slot(
-            &source.slot,
-            CreateSlotOptions {
-                temporary: source.options.snapshot_only,
-                snapshot: SnapshotAction::Export,
-                two_phase: false,
-            },
-        )
-        .await?;
+    let temporary = source.options.snapshot_only;
+    let created = create_slot(
+        source,
+        &mut repl,
+        CreateSlotOptions {
+            temporary,
+            snapshot: SnapshotAction::Export,
+            two_phase: false,
+        },
+    )
+    .await?;
     let consistent_point = created.consistent_point;
     source.confirmed = consistent_point;
     let Some(snapshot_name) = created.snapshot_name else {
@@ -253,19 +255,99 @@ pub(super) async fn restart_snapshot(source: &mut PgSource) -> Result<()> {
     begin_snapshot(source, repl, true).await.map(|_| ())
 }
 
+/// Creates the slot, saying what it waits for when that takes long: a logical slot starts
+/// where no transaction is in progress, so the server waits for the transactions running
+/// now to end — and on a standby for the primary's next running-transactions record,
+/// which an idle primary writes only every few minutes.
+async fn create_slot(
+    source: &mut PgSource,
+    repl: &mut ReplicationConnection,
+    options: CreateSlotOptions,
+) -> Result<CreatedSlot> {
+    source.creating_slot = true;
+    let create = repl.create_slot(&source.slot, options);
+    tokio::pin!(create);
+    let notice = tokio::time::sleep(SLOT_CREATION_NOTICE_AFTER);
+    tokio::pin!(notice);
+    let mut announced = false;
+    loop {
+        tokio::select! {
+            created = &mut create => return created,
+            _ = &mut notice, if !announced => {
+                announced = true;
+                if source.in_recovery {
+                    tracing::warn!(
+                        slot = %source.slot,
+                        "creating the slot on a standby waits for the primary's next running-transactions \
+                         WAL record (an idle primary writes one only every few minutes); to create it now, \
+                         run on the primary: SELECT pg_log_standby_snapshot();"
+                    );
+                } else {
+                    tracing::warn!(
+                        slot = %source.slot,
+                        "creating the slot waits for the transactions running on the server to end \
+                         (see pg_stat_activity for long-running ones)"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// How long slot creation may take before pgcdc says what it waits for.
+const SLOT_CREATION_NOTICE_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// After the snapshot: stream from the consistent point, or end (`snapshot_only`).
+///
+/// The session that exported the snapshot may have died during the copy (terminated,
+/// network loss, a proxy's idle timeout). The copy stands all the same: every worker
+/// imported the snapshot before copying, and the slot was made persistent before the
+/// snapshot was exported, so it still starts exactly at the consistent point. Streaming
+/// then starts on a new session, like any reconnect.
 pub(super) async fn after_snapshot(source: &mut PgSource) -> Result<()> {
-    let Some(repl) = source.parked.take() else {
-        source.phase = Phase::Ended;
-        return Ok(());
-    };
+    let parked = source.parked.take();
     if source.options.snapshot_only {
-        repl.close().await;
+        if let Some(repl) = parked {
+            repl.close().await;
+        }
         source.phase = Phase::Ended;
         return Ok(());
     }
     let start = source.confirmed;
-    start_streaming(source, repl, start).await
+    if let Some(repl) = parked {
+        match start_streaming(source, repl, start).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_transient() => tracing::warn!(
+                error = %e,
+                "the session that exported the snapshot was lost after the copy; \
+                 the copy stands, streaming starts on a new session"
+            ),
+            Err(e) => return Err(e),
+        }
+    }
+    let policy = source.options.reconnect;
+    let mut attempt = 0;
+    loop {
+        let result = async {
+            let mut repl =
+                ReplicationConnection::connect(&source.options.config.connection).await?;
+            let system = repl.identify_system().await?;
+            if let Some(identity) = &source.identity {
+                check_resume(identity, &system.identity(&identity.database, &source.slot))?;
+            }
+            start_streaming(source, repl, start).await
+        }
+        .await;
+        match result {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_transient() && policy.max_attempts.is_none_or(|m| attempt < m) => {
+                tracing::warn!(attempt, error = %e, "cannot start streaming yet; retrying");
+                tokio::time::sleep(policy.delay(attempt)).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 async fn start_streaming(

@@ -134,6 +134,67 @@ fn golden_dates_and_times() {
     );
 }
 
+/// Every day of 0001–9999 as a date, a timestamp and a timestamptz, against chrono's
+/// formatting of the same instant: the values are built through chrono, not through our
+/// calendar arithmetic, so a shared mistake cannot cancel out (the Feb 29 of years
+/// divisible by 400 once came out as March 1).
+#[test]
+fn every_day_of_years_1_to_9999_is_written_as_chrono_formats_it() {
+    use super::format::{ColumnCtx, write_value};
+    let epoch = chrono::NaiveDate::from_ymd_opt(2000, 1, 1)
+        .unwrap()
+        .and_hms_opt(0, 0, 0)
+        .unwrap();
+    let table = cdc_core::TableName::new("public", "t");
+    let ctx = ColumnCtx {
+        table: &table,
+        relation_id: 1,
+        column: "v",
+        index: 0,
+        position: pos(16, 1),
+    };
+    let policies = Policies::default();
+    let mut log = PolicyLog::default();
+    let mut out = Vec::new();
+    let mut write = |value: Value| -> String {
+        out.clear();
+        write_value(&mut out, &value, &policies, &mut log, &ctx).unwrap();
+        String::from_utf8(out.clone()).unwrap()
+    };
+    let mut day = chrono::NaiveDate::from_ymd_opt(1, 1, 1).unwrap();
+    let last = chrono::NaiveDate::from_ymd_opt(9999, 12, 31).unwrap();
+    let mut n: u32 = 0;
+    loop {
+        // A different time of day each day, microseconds included.
+        let time = chrono::NaiveTime::from_num_seconds_from_midnight_opt(
+            n.wrapping_mul(7919) % 86_400,
+            n.wrapping_mul(104_729) % 1_000_000 * 1000,
+        )
+        .unwrap();
+        let instant = day.and_time(time);
+        let micros = (instant - epoch).num_microseconds().unwrap();
+        let date_days = i32::try_from((day - epoch.date()).num_days()).unwrap();
+        assert_eq!(
+            write(Value::Date(Date::Days(date_days))),
+            format!("\"{}\"", day.format("%Y-%m-%d"))
+        );
+        assert_eq!(
+            write(Value::Timestamp(Timestamp::Micros(micros))),
+            format!("\"{}\"", instant.format("%Y-%m-%d %H:%M:%S%.6f"))
+        );
+        assert_eq!(
+            write(Value::TimestampTz(TimestampTz::Micros(micros))),
+            format!("\"{}\"", instant.format("%Y-%m-%dT%H:%M:%S%.6fZ"))
+        );
+        if day == last {
+            break;
+        }
+        day = day.succ_opt().unwrap();
+        n += 1;
+    }
+    assert_eq!(n, 3_652_058);
+}
+
 #[test]
 fn golden_uuid_json_arrays_and_other_types() {
     golden(
