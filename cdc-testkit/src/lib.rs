@@ -42,12 +42,16 @@
 #![warn(missing_docs)]
 
 mod binaries;
+mod cache;
 mod cluster;
 mod error;
 mod os;
 mod tls;
 
-pub use binaries::{PG_BIN_ENV, PgBinaries};
+pub use binaries::{
+    PG_BIN_ENV, PG_VERSIONS_ENV, PgBinaries, try_versions_under_test, versions_under_test,
+};
+pub use cache::{NPM_PACKAGE, PG_CACHE_ENV};
 pub use cluster::{
     ADMIN_PASSWORD, ADMIN_USER, AuthMethod, Cluster, ClusterBuilder, HOST, KEEP_ENV,
 };

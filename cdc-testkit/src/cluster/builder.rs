@@ -14,10 +14,22 @@ use super::ports::{release_port, reserve_port};
 use super::process::{ServerState, StartError};
 use super::{ADMIN_PASSWORD, ADMIN_USER, AuthMethod, Cluster, quote_ident, quote_literal};
 
+/// Where the builder gets its server binaries.
+#[derive(Debug, Clone)]
+enum BinSource {
+    /// [`PgBinaries::find`].
+    Find,
+    /// [`PgBinaries::from_dir`].
+    Dir(PathBuf),
+    /// [`PgBinaries::for_major`].
+    Major(u32),
+}
+
 /// Configures and starts a [`Cluster`].
 ///
 /// Defaults: [`AuthMethod::Trust`], no extra users, no TLS, the settings listed on
-/// [`ClusterBuilder::setting`], binaries found by [`PgBinaries::find`], 120 s start timeout,
+/// [`ClusterBuilder::setting`], binaries found by [`PgBinaries::find`] (see
+/// [`ClusterBuilder::major`] for other versions), 120 s start timeout,
 /// 60 s stop timeout.
 #[derive(Debug, Clone)]
 pub struct ClusterBuilder {
@@ -28,7 +40,7 @@ pub struct ClusterBuilder {
     server_names: Vec<String>,
     ssl_only: bool,
     hba_lines: Vec<String>,
-    bins: Option<PathBuf>,
+    bins: BinSource,
     start_timeout: Duration,
     stop_timeout: Duration,
 }
@@ -50,7 +62,7 @@ impl ClusterBuilder {
             server_names: DEFAULT_SERVER_NAMES.iter().map(|s| s.to_string()).collect(),
             ssl_only: false,
             hba_lines: Vec::new(),
-            bins: None,
+            bins: BinSource::Find,
             start_timeout: Duration::from_secs(120),
             stop_timeout: Duration::from_secs(60),
         }
@@ -125,8 +137,17 @@ impl ClusterBuilder {
     }
 
     /// Use the server binaries in `dir` instead of searching (see [`PgBinaries::find`]).
+    /// Overrides an earlier [`ClusterBuilder::major`].
     pub fn bin_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.bins = Some(dir.into());
+        self.bins = BinSource::Dir(dir.into());
+        self
+    }
+
+    /// Run PostgreSQL major version `version` (e.g. `16`): the distribution's binaries if
+    /// they are that version, otherwise binaries from the kit's cache, downloaded on first
+    /// use (see [`PgBinaries::for_major`]). Overrides an earlier [`ClusterBuilder::bin_dir`].
+    pub fn major(mut self, version: u32) -> Self {
+        self.bins = BinSource::Major(version);
         self
     }
 
@@ -162,8 +183,18 @@ impl ClusterBuilder {
             ));
         }
         let bins = match &self.bins {
-            Some(dir) => PgBinaries::from_dir(dir.clone())?,
-            None => PgBinaries::find()?,
+            BinSource::Dir(dir) => PgBinaries::from_dir(dir.clone())?,
+            BinSource::Find => PgBinaries::find()?,
+            &BinSource::Major(version) => {
+                tokio::task::spawn_blocking(move || PgBinaries::for_major(version))
+                    .await
+                    .map_err(|e| {
+                        Error::io(
+                            format!("find PostgreSQL {version} binaries"),
+                            std::io::Error::other(e),
+                        )
+                    })??
+            }
         };
         let server_user = os::server_user()?;
 
