@@ -53,7 +53,7 @@ pub use binaries::{
 };
 pub use cache::{NPM_PACKAGE, PG_CACHE_ENV};
 pub use cluster::{
-    ADMIN_PASSWORD, ADMIN_USER, AuthMethod, Cluster, ClusterBuilder, HOST, KEEP_ENV,
+    ADMIN_PASSWORD, ADMIN_USER, AuthMethod, Cluster, ClusterBuilder, HOST, KEEP_ENV, StandbyBuilder,
 };
 pub use error::{Error, Result};
 pub use tls::{DEFAULT_SERVER_NAMES, IssuedCert, TlsFiles};

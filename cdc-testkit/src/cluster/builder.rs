@@ -2,17 +2,14 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 use std::time::Duration;
 
 use crate::binaries::PgBinaries;
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::os;
 use crate::tls::{DEFAULT_SERVER_NAMES, TlsFiles};
 
-use super::ports::{release_port, reserve_port};
-use super::process::{ServerState, StartError};
-use super::{ADMIN_PASSWORD, ADMIN_USER, AuthMethod, Cluster, quote_ident, quote_literal};
+use super::{ADMIN_PASSWORD, ADMIN_USER, AuthMethod, Cluster, Fresh, quote_ident, quote_literal};
 
 /// Where the builder gets its server binaries.
 #[derive(Debug, Clone)]
@@ -169,13 +166,7 @@ impl ClusterBuilder {
     /// connections. On failure everything created so far is removed again.
     pub async fn build(self) -> Result<Cluster> {
         for (name, _) in &self.settings {
-            if name.is_empty()
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
-            {
-                return Err(Error::Config(format!("invalid setting name {name:?}")));
-            }
+            check_setting_name(name)?;
         }
         if self.tls && self.server_names.is_empty() {
             return Err(Error::Config(
@@ -196,42 +187,14 @@ impl ClusterBuilder {
                     })??
             }
         };
-        let server_user = os::server_user()?;
-
-        // Keep the path short: a Unix socket path is limited to ~107 bytes.
-        let mut parent = std::env::temp_dir();
-        if parent.as_os_str().len() > 60 {
-            parent = PathBuf::from("/tmp");
-        }
-        let base = tempfile::Builder::new()
-            .prefix("pgcdc-testkit-")
-            .tempdir_in(&parent)
-            .ctx(|| format!("create a temporary directory in {}", parent.display()))?;
-        os::chmod(base.path(), 0o755)?;
-        let data_dir = base.path().join("data");
-        let socket_dir = base.path().join("socket");
-        for (dir, mode) in [(&data_dir, 0o700), (&socket_dir, 0o755)] {
-            std::fs::create_dir(dir).ctx(|| format!("create {}", dir.display()))?;
-            os::chmod(dir, mode)?;
-            os::chown(dir, server_user)?;
-        }
-
-        let port = reserve_port()?;
-        let cluster = Cluster {
-            state: tokio::sync::Mutex::new(ServerState { child: None }),
-            pid: AtomicU32::new(0),
-            port: AtomicU16::new(port),
-            log_path: base.path().join("postgres.log"),
-            data_dir,
-            socket_dir,
-            tls: None,
+        let cluster = Cluster::allocate(Fresh {
             bins,
-            server_user,
+            server_user: os::server_user()?,
             auth: self.auth,
+            settings: self.settings.clone(),
             start_timeout: self.start_timeout,
             stop_timeout: self.stop_timeout,
-            base: Some(base),
-        };
+        })?;
         // From here on, `cluster`'s Drop cleans up whatever happens.
         self.initialize(cluster).await
     }
@@ -248,29 +211,8 @@ impl ClusterBuilder {
         }
         cluster.write_hba(self.auth, self.ssl_only, &self.hba_lines)?;
         cluster.append_include()?;
-        let settings = self.settings.clone();
-        cluster.write_conf(&settings)?;
-
-        // First start: on a port conflict pick another port.
-        {
-            let mut state = cluster.state.lock().await;
-            let mut attempts = 0;
-            loop {
-                match cluster.start_attempts(&mut state, 0).await {
-                    Ok(()) => break,
-                    Err(StartError::PortInUse(_)) if attempts < 20 => {
-                        attempts += 1;
-                        let old = cluster.port();
-                        let new = reserve_port()?;
-                        cluster.port.store(new, Ordering::SeqCst);
-                        release_port(old);
-                        tracing::debug!(old, new, "port in use, retrying on another port");
-                        cluster.write_conf(&settings)?;
-                    }
-                    Err(e) => return Err(e.into_error()),
-                }
-            }
-        }
+        cluster.write_conf()?;
+        cluster.first_start().await?;
 
         let mut sql = format!(
             "SET password_encryption = {};\nALTER ROLE {} PASSWORD {};\n",
@@ -289,4 +231,16 @@ impl ClusterBuilder {
         cluster.execute(&sql).await?;
         Ok(cluster)
     }
+}
+
+/// A configuration parameter name the kit can write unquoted into `testkit.conf`.
+pub(super) fn check_setting_name(name: &str) -> Result<()> {
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+    {
+        return Err(Error::Config(format!("invalid setting name {name:?}")));
+    }
+    Ok(())
 }

@@ -174,7 +174,7 @@ pub(super) async fn connect_spawned(config: &tokio_postgres::Config) -> Result<C
 }
 
 /// `value` as a single-quoted libpq key=value value.
-fn kv_quote(value: &str) -> String {
+pub(super) fn kv_quote(value: &str) -> String {
     let mut s = String::with_capacity(value.len() + 2);
     s.push('\'');
     for c in value.chars() {

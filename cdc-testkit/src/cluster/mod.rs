@@ -3,8 +3,8 @@
 //! The pieces live in one file per purpose: `builder` (configuring and creating a
 //! cluster), `config` (`initdb`, `postgresql.conf`, `pg_hba.conf`, reloads), `process`
 //! (starting, stopping and supervising the postmaster), `client` (connection strings and
-//! admin connections), `faults` (crashes and dropped connections) and `ports` (free TCP
-//! ports).
+//! admin connections), `faults` (crashes and dropped connections), `ports` (free TCP
+//! ports) and `standby` (physical standbys, promotion, replay).
 
 mod builder;
 mod client;
@@ -12,6 +12,7 @@ mod config;
 mod faults;
 mod ports;
 mod process;
+mod standby;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
@@ -20,13 +21,14 @@ use std::time::Duration;
 use tempfile::TempDir;
 
 use crate::binaries::PgBinaries;
-use crate::error::Result;
+use crate::error::{IoContext, Result};
 use crate::os::{self, ServerUser};
 use crate::tls::TlsFiles;
 
 pub use builder::ClusterBuilder;
+pub use standby::StandbyBuilder;
 
-use ports::release_port;
+use ports::{release_port, reserve_port};
 use process::{ServerState, read_pid_file, shutdown_immediate, tail_lines};
 
 /// Name of the superuser every cluster is created with.
@@ -115,6 +117,8 @@ pub struct Cluster {
     auth: AuthMethod,
     start_timeout: Duration,
     stop_timeout: Duration,
+    /// The test's settings, written after the kit's defaults into `testkit.conf`.
+    settings: Vec<(String, String)>,
     /// Dropped (removed) last, in `Drop`, after the server is gone.
     base: Option<TempDir>,
 }
@@ -188,6 +192,57 @@ impl Cluster {
 
     fn base_dir(&self) -> &Path {
         self.data_dir.parent().unwrap_or(&self.data_dir)
+    }
+}
+
+/// What a new cluster directory needs: everything but the data directory's contents.
+struct Fresh {
+    bins: PgBinaries,
+    server_user: Option<ServerUser>,
+    auth: AuthMethod,
+    settings: Vec<(String, String)>,
+    start_timeout: Duration,
+    stop_timeout: Duration,
+}
+
+impl Cluster {
+    /// A stopped cluster handle with a fresh temporary directory (empty `data`, `socket`)
+    /// and a reserved port. Its `Drop` removes everything again.
+    fn allocate(fresh: Fresh) -> Result<Cluster> {
+        // Keep the path short: a Unix socket path is limited to ~107 bytes.
+        let mut parent = std::env::temp_dir();
+        if parent.as_os_str().len() > 60 {
+            parent = PathBuf::from("/tmp");
+        }
+        let base = tempfile::Builder::new()
+            .prefix("pgcdc-testkit-")
+            .tempdir_in(&parent)
+            .ctx(|| format!("create a temporary directory in {}", parent.display()))?;
+        os::chmod(base.path(), 0o755)?;
+        let data_dir = base.path().join("data");
+        let socket_dir = base.path().join("socket");
+        for (dir, mode) in [(&data_dir, 0o700), (&socket_dir, 0o755)] {
+            std::fs::create_dir(dir).ctx(|| format!("create {}", dir.display()))?;
+            os::chmod(dir, mode)?;
+            os::chown(dir, fresh.server_user)?;
+        }
+        let port = reserve_port()?;
+        Ok(Cluster {
+            state: tokio::sync::Mutex::new(ServerState { child: None }),
+            pid: AtomicU32::new(0),
+            port: AtomicU16::new(port),
+            log_path: base.path().join("postgres.log"),
+            data_dir,
+            socket_dir,
+            tls: None,
+            bins: fresh.bins,
+            server_user: fresh.server_user,
+            auth: fresh.auth,
+            start_timeout: fresh.start_timeout,
+            stop_timeout: fresh.stop_timeout,
+            settings: fresh.settings,
+            base: Some(base),
+        })
     }
 }
 
@@ -265,5 +320,11 @@ mod tests {
         is_send(c.reload());
         is_send(c.terminate_walsenders());
         is_send(ClusterBuilder::new().build());
+        is_send(ClusterBuilder::new().major(16).build());
+        is_send(c.standby());
+        is_send(c.standby_builder().slot("s").build());
+        is_send(c.promote());
+        is_send(c.wait_for_replay(c));
+        is_send(c.is_in_recovery());
     }
 }

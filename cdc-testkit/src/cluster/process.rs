@@ -12,6 +12,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::os;
 
 use super::Cluster;
+use super::ports::{release_port, reserve_port};
 
 #[derive(Debug)]
 pub(super) struct ServerState {
@@ -40,6 +41,28 @@ impl StartError {
 }
 
 impl Cluster {
+    /// The first start of a new cluster: on a port conflict, pick another port (rewriting
+    /// the configuration) and try again.
+    pub(super) async fn first_start(&self) -> Result<()> {
+        let mut state = self.state.lock().await;
+        let mut attempts = 0;
+        loop {
+            match self.start_attempts(&mut state, 0).await {
+                Ok(()) => return Ok(()),
+                Err(StartError::PortInUse(_)) if attempts < 20 => {
+                    attempts += 1;
+                    let old = self.port();
+                    let new = reserve_port()?;
+                    self.port.store(new, Ordering::SeqCst);
+                    release_port(old);
+                    tracing::debug!(old, new, "port in use, retrying on another port");
+                    self.write_conf()?;
+                }
+                Err(e) => return Err(e.into_error()),
+            }
+        }
+    }
+
     /// Whether the postmaster is running (it may still be starting or shutting down).
     pub async fn is_running(&self) -> bool {
         let mut state = self.state.lock().await;
@@ -313,7 +336,10 @@ pub(super) fn read_pid_file(data_dir: &Path) -> Option<PidFile> {
         .get(6)
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|s| s.parse().ok());
-    let ready = lines.get(7).is_some_and(|l| l.trim() == "ready");
+    // "standby" is what a standby without hot_standby reports once consistent.
+    let ready = lines
+        .get(7)
+        .is_some_and(|l| matches!(l.trim(), "ready" | "standby"));
     Some(PidFile { pid, ready, shmid })
 }
 
