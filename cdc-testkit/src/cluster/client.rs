@@ -32,7 +32,7 @@ impl Cluster {
     }
 
     /// key=value connection string for the admin over the Unix socket; works under every
-    /// [`AuthMethod`] (the admin is trusted on the socket).
+    /// [`AuthMethod`](crate::AuthMethod) (the admin is trusted on the socket).
     pub fn admin_connection_string(&self, db: &str) -> String {
         self.socket_connection_string(db, ADMIN_USER, None)
     }
@@ -89,8 +89,8 @@ impl Cluster {
     }
 
     /// Connect to `db` as the admin superuser over the Unix socket (works under every
-    /// [`AuthMethod`]). The connection task is spawned on the current tokio runtime; it ends
-    /// when the client is dropped or the server goes away.
+    /// [`AuthMethod`](crate::AuthMethod)). The connection task is spawned on the current
+    /// tokio runtime; it ends when the client is dropped or the server goes away.
     pub async fn connect(&self, db: &str) -> Result<Client> {
         let mut config = tokio_postgres::Config::new();
         config
@@ -131,7 +131,7 @@ impl Cluster {
     }
 
     /// Create a role with `LOGIN REPLICATION` and `password`, hashed with the cluster's
-    /// `password_encryption` (see [`AuthMethod`]).
+    /// `password_encryption` (see [`AuthMethod`](crate::AuthMethod)).
     pub async fn create_user(&self, name: &str, password: &str) -> Result<()> {
         self.execute(&format!(
             "SET password_encryption = {}; CREATE ROLE {} LOGIN REPLICATION PASSWORD {};",

@@ -42,9 +42,10 @@ impl Cluster {
         }
     }
 
-    /// Make the server present `cert` (e.g. from [`TlsFiles::issue_server_cert`]) from now
-    /// on: overwrites `server.crt`/`server.key` and reloads. Fails with [`Error::Config`] on
-    /// a cluster without TLS.
+    /// Make the server present `cert` (e.g. from
+    /// [`TlsFiles::issue_server_cert`](crate::TlsFiles::issue_server_cert)) from now on:
+    /// overwrites `server.crt`/`server.key` and reloads. Fails with [`Error::Config`] on a
+    /// cluster without TLS.
     pub async fn replace_server_cert(&self, cert: &IssuedCert) -> Result<()> {
         let tls = self
             .tls
