@@ -183,6 +183,10 @@ impl Source for GuardedSource {
     async fn close(&mut self) -> Result<()> {
         self.inner.close().await
     }
+
+    async fn abandon_start(&mut self) -> Result<()> {
+        self.inner.abandon_start().await
+    }
 }
 
 #[cfg(test)]
