@@ -85,8 +85,9 @@ pub struct PgSource {
     /// The replication session that created the slot, kept idle while the snapshot it
     /// exported is being copied.
     parked: Option<ReplicationConnection>,
-    /// Whether `start` began creating the slot (to drop it if `start` is abandoned).
-    creating_slot: bool,
+    /// The walsender that `start` asked to create the slot (to end it and drop the slot
+    /// if `start` is abandoned).
+    creating_slot: Option<i32>,
     /// Whether the server is a standby (slot creation waits for the primary there).
     in_recovery: bool,
 }
@@ -118,7 +119,7 @@ impl PgSource {
             inbox: VecDeque::new(),
             snapshot_progress: None,
             parked: None,
-            creating_slot: false,
+            creating_slot: None,
             in_recovery: false,
         }
     }
@@ -486,14 +487,22 @@ impl Source for PgSource {
         self.phase = Phase::Ended;
         self.parked = None;
         self.stream = None;
-        if !self.creating_slot {
+        let Some(walsender) = self.creating_slot else {
             return Ok(());
-        }
+        };
         // The slot was being created (or was created) by this start, so no sink holds a
-        // token for it: drop it rather than leave it retaining WAL. A creation cut short
-        // is undone by the server itself once our session is gone; the drop then finds
+        // token for it: drop it rather than leave it retaining WAL. Our walsender may not
+        // have noticed yet that its client is gone (it can sit waiting for WAL), so end it
+        // first: a creation cut short is then undone by the server, and the drop finds
         // nothing. Bounded, so a stop stays prompt.
         let drop = async {
+            let sql = crate::conn::connect_sql(&self.options.config.connection).await?;
+            if let Err(e) = sql
+                .execute("SELECT pg_terminate_backend($1)", &[&walsender])
+                .await
+            {
+                tracing::debug!(error = %e, walsender, "could not end the abandoned walsender");
+            }
             let mut repl = ReplicationConnection::connect(&self.options.config.connection).await?;
             let dropped = repl.drop_slot(&self.slot, true).await;
             repl.close().await;

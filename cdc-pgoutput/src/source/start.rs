@@ -264,7 +264,7 @@ async fn create_slot(
     repl: &mut ReplicationConnection,
     options: CreateSlotOptions,
 ) -> Result<CreatedSlot> {
-    source.creating_slot = true;
+    source.creating_slot = Some(repl.backend_pid());
     let create = repl.create_slot(&source.slot, options);
     tokio::pin!(create);
     let notice = tokio::time::sleep(SLOT_CREATION_NOTICE_AFTER);
