@@ -18,7 +18,7 @@
 //!   answers keepalives and sends status updates even while the consumer does not read.
 //! - [`session`]: the settings every session pins (text output, timeouts), in one place.
 //! - [`sql`]: an ordinary `tokio-postgres` client over the same transport and TLS settings.
-//! - [`preflight`]: `wal_level`, privileges, publication, tables, replica identity and slot
+//! - [`preflight`](mod@preflight): `wal_level`, privileges, publication, tables, replica identity and slot
 //!   health ([`slot`]), as a report of problems with fixes.
 //! - [`error`]: how server and I/O errors map to [`cdc_core::ErrorKind`].
 

@@ -445,7 +445,7 @@ impl ReplicationConnection {
     ///
     /// The server describes only physical slots; for a logical slot this returns
     /// `slot_type = "logical"` without positions (use
-    /// [`super::preflight::inspect_slot`] for a logical slot's details).
+    /// [`super::slot::inspect_slot`] for a logical slot's details).
     pub async fn read_slot(&mut self, slot: &str) -> Result<Option<ReadSlot>> {
         validate_slot_name(slot)?;
         if self.server_version_num < 150000 {

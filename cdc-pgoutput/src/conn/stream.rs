@@ -2,7 +2,7 @@
 //!
 //! The task owns the socket. It reads in large chunks (everything available, up to the
 //! read buffer's size; under heavy traffic on plain TCP it wakes only once 256 KiB are
-//! queued, see [`super::read_batching`]), splits CopyData frames without copying, decodes them with
+//! queued, see the `read_batching` module), splits CopyData frames without copying, decodes them with
 //! [`crate::protocol::replication`], and hands each chunk's messages to the consumer over
 //! a bounded channel. When the channel is full it stops reading — backpressure reaches the
 //! server through TCP — but keeps sending standby status updates on its timer, so the
