@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -37,7 +36,7 @@ fn check_envelopes(lines: &[String]) -> [usize; 3] {
 
 #[test]
 fn demo_streams_feldera_json_and_exits_cleanly_on_sigint() {
-    let mut child = pgcdc([
+    let (mut child, stdout, stderr) = spawn_collecting(pgcdc([
         "demo",
         "--seed-rows",
         "300",
@@ -45,13 +44,7 @@ fn demo_streams_feldera_json_and_exits_cleanly_on_sigint() {
         "25",
         "--status-interval",
         "1s",
-    ])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let stdout = Lines::collect(child.stdout.take().unwrap());
-    let stderr = Lines::collect(child.stderr.take().unwrap());
+    ]));
     let live = stdout.wait_for(Duration::from_secs(120), |lines| {
         ["\"update\"", "\"delete\""]
             .iter()

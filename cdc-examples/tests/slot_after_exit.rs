@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use cdc_core::Lsn;
@@ -31,24 +31,8 @@ fn lsn(v: &Value) -> Lsn {
 }
 
 async fn slot_confirmed(cluster: &Cluster) -> Option<Lsn> {
-    let client = cluster.connect("postgres").await.unwrap();
-    client
-        .query_opt(
-            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-            &[&SLOT],
-        )
-        .await
-        .unwrap()
-        .map(|r| r.get::<_, String>(0).parse().unwrap())
-}
-
-async fn current_wal(cluster: &Cluster) -> String {
-    let client = cluster.connect("postgres").await.unwrap();
-    client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await
-        .unwrap()
-        .get(0)
+    let lsn = cluster.slot_confirmed_flush_lsn(SLOT).await.unwrap()?;
+    Some(lsn.parse().unwrap())
 }
 
 async fn write(cluster: &Cluster, from: i32) {
@@ -106,7 +90,7 @@ async fn the_slot_is_confirmed_where_the_summary_says_after_every_clean_exit() {
     // Snapshot, then stream to an end LSN: the slot ends at the confirmed position, which
     // covers the end.
     write(&cluster, 100).await;
-    let end = current_wal(&cluster).await;
+    let end = cluster.current_wal_lsn().await.unwrap();
     let output = run(
         with(&[
             "--create-slot",
@@ -125,7 +109,7 @@ async fn the_slot_is_confirmed_where_the_summary_says_after_every_clean_exit() {
 
     // Resumed from the out-dir, to the next end LSN.
     write(&cluster, 200).await;
-    let end = current_wal(&cluster).await;
+    let end = cluster.current_wal_lsn().await.unwrap();
     let output = run(
         with(&["--end-lsn", &end, "--out-dir", dir.to_str().unwrap()]),
         TIMEOUT,
@@ -138,7 +122,7 @@ async fn the_slot_is_confirmed_where_the_summary_says_after_every_clean_exit() {
 
     // To stdout, to an end LSN; a rerun to the same end repeats nothing.
     write(&cluster, 300).await;
-    let end = current_wal(&cluster).await;
+    let end = cluster.current_wal_lsn().await.unwrap();
     let output = run(with(&["--snapshot", "never", "--end-lsn", &end]), TIMEOUT);
     let s = summary(&output);
     assert_eq!(s["total"]["insert"], 10, "{s}");
@@ -155,13 +139,7 @@ async fn the_slot_is_confirmed_where_the_summary_says_after_every_clean_exit() {
 
     // Stopped by SIGTERM and by Ctrl-C while streaming.
     for (sig, base) in [(libc::SIGTERM, 400), (libc::SIGINT, 500)] {
-        let mut child = with(&["--snapshot", "never"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = Lines::collect(child.stdout.take().unwrap());
-        let stderr = Lines::collect(child.stderr.take().unwrap());
+        let (mut child, stdout, stderr) = spawn_collecting(with(&["--snapshot", "never"]));
         // Writes until the stream has delivered some of them (it may start after the
         // first writes, which it then reads from the slot).
         let mut written = 0;

@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use cdc_testkit::{ADMIN_USER, Cluster};
@@ -92,17 +91,11 @@ async fn slot_creation_on_a_standby_says_what_it_waits_for_and_stops_on_sigterm(
     standby.wait_for_replay(&primary).await.unwrap();
 
     let uri = standby.uri("postgres", ADMIN_USER, None);
-    let mut child = pgcdc(args(
+    let (mut child, stdout, stderr) = spawn_collecting(pgcdc(args(
         "stream",
         &uri,
         &["--snapshot", "never", "--create-slot"],
-    ))
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let stdout = Lines::collect(child.stdout.take().unwrap());
-    let stderr = Lines::collect(child.stderr.take().unwrap());
+    )));
     assert!(
         stderr.wait_for(TIMEOUT, |lines| lines
             .iter()

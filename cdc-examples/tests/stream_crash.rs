@@ -119,11 +119,7 @@ async fn out_dir_killed_at_random_points_and_restarted_equals_select() {
     let changes = workload.await.unwrap();
     assert!(changes > 0);
     let client = cluster.connect("postgres").await.unwrap();
-    let end: String = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let end = cluster.current_wal_lsn().await.unwrap();
 
     // The same command, told to stop at the current end of WAL, finishes the job.
     let final_args = args(&["--end-lsn", &end, "--summary", "json"]);

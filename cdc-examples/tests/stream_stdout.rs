@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use cdc_testkit::{ADMIN_USER, Cluster};
@@ -102,13 +101,8 @@ async fn stream_to_stdout_with_policies_sigint_end_lsn_and_explicit_slot_creatio
 
     // Stream changes only (no snapshot), stop with SIGINT: everything written is
     // acknowledged, so the next run continues exactly there.
-    let mut child = with(&["--snapshot", "never", "--create-slot"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = Lines::collect(child.stdout.take().unwrap());
-    let stderr = Lines::collect(child.stderr.take().unwrap());
+    let (mut child, stdout, stderr) =
+        spawn_collecting(with(&["--snapshot", "never", "--create-slot"]));
     let client = cluster.connect("postgres").await.unwrap();
     let deadline = std::time::Instant::now() + TIMEOUT;
     loop {
@@ -166,11 +160,7 @@ async fn stream_to_stdout_with_policies_sigint_end_lsn_and_explicit_slot_creatio
         .execute("INSERT INTO public.m VALUES (4, 4.0, '2001-01-01')")
         .await
         .unwrap();
-    let end: String = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let end = cluster.current_wal_lsn().await.unwrap();
     let output = run(with(&["--snapshot", "never", "--end-lsn", &end]), TIMEOUT);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");

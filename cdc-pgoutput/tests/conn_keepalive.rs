@@ -96,12 +96,7 @@ mod conn {
                 .await
                 .unwrap();
         }
-        let end: String = admin
-            .query_one("SELECT pg_current_wal_lsn()::text", &[])
-            .await
-            .unwrap()
-            .get(0);
-        let end: Lsn = end.parse().unwrap();
+        let end: Lsn = cluster.current_wal_lsn().await.unwrap().parse().unwrap();
 
         let updates_before = stream.status_updates_sent();
         tokio::time::sleep(PAUSE).await;

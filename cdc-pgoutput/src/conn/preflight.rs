@@ -179,9 +179,8 @@ impl Problem {
                 format!("publication {publication:?} contains no tables")
             }
             ProblemKind::StandbyTooOld { version } => format!(
-                "the server is a standby (in recovery) running PostgreSQL {}.{}: logical decoding on a standby needs PostgreSQL 16 or later",
-                version / 10000,
-                version % 10000 / 100
+                "the server is a standby (in recovery) running PostgreSQL {}: logical decoding on a standby needs PostgreSQL 16 or later",
+                super::replication::version_text(*version)
             ),
             ProblemKind::StandbyWithoutFeedback => {
                 "the server is a standby with hot_standby_feedback = off: \

@@ -215,7 +215,8 @@ pub fn quote_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
 }
 
-fn version_text(num: u32) -> String {
+/// A `server_version_num` as people write it: `150004` → `15.4`, `90624` → `9.6.24`.
+pub(crate) fn version_text(num: u32) -> String {
     if num >= 100000 {
         format!("{}.{}", num / 10000, num % 10000)
     } else {
@@ -311,9 +312,8 @@ impl ReplicationConnection {
                 })?
             }
         };
-        if let Some(sql) = super::session::late_settings_sql(conn.server_version_num) {
-            conn.simple_query(&sql).await?;
-        }
+        conn.simple_query(&super::session::late_settings_query())
+            .await?;
         Ok(conn)
     }
 

@@ -13,7 +13,7 @@
 //! whole copy, a snapshot worker keeps one transaction open for the whole table, a COPY
 //! of a large table runs for minutes. All of these settings are user-settable, so no
 //! privilege is needed; settings only newer servers know are set after startup
-//! ([`late_settings_sql`]), as an unknown startup parameter would fail the connection.
+//! ([`late_settings_query`]), as an unknown startup parameter would fail the connection.
 //!
 //! `lc_monetary` is deliberately left alone: `money` values are scaled by its fraction
 //! digits, so another setting would change their meaning, not just their text. Every
@@ -37,15 +37,17 @@ const TIMEOUT_SETTINGS: &[(&str, &str)] = &[
     ("idle_session_timeout", "0"),
 ];
 
-/// Timeouts only newer servers know: `(first server_version_num, name, value)`.
-const LATE_TIMEOUT_SETTINGS: &[(u32, &str, &str)] = &[(170000, "transaction_timeout", "0")];
+/// Timeouts only newer servers know (`transaction_timeout`: 17+). An unknown startup
+/// parameter fails the connection, so these are set after startup by
+/// [`late_settings_query`], which skips those the server does not know.
+const LATE_TIMEOUT_SETTINGS: &[(&str, &str)] = &[("transaction_timeout", "0")];
 
 /// The timeouts pgcdc switches off in its own sessions, for `pgcdc check`'s report.
 pub fn disabled_timeouts() -> impl Iterator<Item = &'static str> {
     TIMEOUT_SETTINGS
         .iter()
+        .chain(LATE_TIMEOUT_SETTINGS)
         .map(|(name, _)| *name)
-        .chain(LATE_TIMEOUT_SETTINGS.iter().map(|(_, name, _)| *name))
 }
 
 /// Every setting a session starts with, as `(name, value)`.
@@ -72,32 +74,17 @@ pub fn startup_options(user_options: Option<&str>) -> String {
     options
 }
 
-/// The `SET` commands for settings the server (of `server_version_num`) knows but that
-/// cannot be startup parameters on every supported version; `None` when there are none.
-pub fn late_settings_sql(server_version_num: u32) -> Option<String> {
-    let commands: Vec<String> = LATE_TIMEOUT_SETTINGS
-        .iter()
-        .filter(|(since, _, _)| server_version_num >= *since)
-        .map(|(_, name, value)| format!("SET {name} = {value}"))
-        .collect();
-    (!commands.is_empty()).then(|| commands.join("; "))
-}
-
 /// One query, valid on every supported server version, that applies the late settings
-/// the server knows (for sessions that do not know the server version yet).
+/// the server knows; run right after startup on every session.
 pub fn late_settings_query() -> String {
-    let names: Vec<String> = LATE_TIMEOUT_SETTINGS
+    let values: Vec<String> = LATE_TIMEOUT_SETTINGS
         .iter()
-        .map(|(_, name, _)| format!("'{name}'"))
+        .map(|(name, value)| format!("('{name}', '{value}')"))
         .collect();
     format!(
-        "SELECT set_config(name, CASE name {} END, false) FROM pg_catalog.pg_settings WHERE name IN ({})",
-        LATE_TIMEOUT_SETTINGS
-            .iter()
-            .map(|(_, name, value)| format!("WHEN '{name}' THEN '{value}'"))
-            .collect::<Vec<_>>()
-            .join(" "),
-        names.join(", ")
+        "SELECT set_config(late.name, late.value, false) FROM (VALUES {}) AS late(name, value) \
+         JOIN pg_catalog.pg_settings USING (name)",
+        values.join(", ")
     )
 }
 
@@ -116,12 +103,10 @@ mod tests {
     }
 
     #[test]
-    fn late_settings_depend_on_the_server_version() {
-        assert_eq!(late_settings_sql(160004), None);
-        assert_eq!(
-            late_settings_sql(170000).as_deref(),
-            Some("SET transaction_timeout = 0")
-        );
+    fn late_settings_are_skipped_where_unknown_and_reported_as_disabled() {
+        assert!(late_settings_query().contains("('transaction_timeout', '0')"));
+        assert!(late_settings_query().contains("JOIN pg_catalog.pg_settings"));
         assert!(disabled_timeouts().any(|t| t == "transaction_timeout"));
+        assert!(disabled_timeouts().any(|t| t == "idle_in_transaction_session_timeout"));
     }
 }

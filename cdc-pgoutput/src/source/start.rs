@@ -303,7 +303,9 @@ const SLOT_CREATION_NOTICE_AFTER: std::time::Duration = std::time::Duration::fro
 /// network loss, a proxy's idle timeout). The copy stands all the same: every worker
 /// imported the snapshot before copying, and the slot was made persistent before the
 /// snapshot was exported, so it still starts exactly at the consistent point. Streaming
-/// then starts on a new session, like any reconnect.
+/// then starts on a new session: the stream is left unset, and the next `next_batch`
+/// reconnects from the confirmed position (the consistent point) like after any
+/// connection loss, with the same backoff and checks.
 pub(super) async fn after_snapshot(source: &mut PgSource) -> Result<()> {
     let parked = source.parked.take();
     if source.options.snapshot_only {
@@ -313,8 +315,8 @@ pub(super) async fn after_snapshot(source: &mut PgSource) -> Result<()> {
         source.phase = Phase::Ended;
         return Ok(());
     }
-    let start = source.confirmed;
     if let Some(repl) = parked {
+        let start = source.confirmed;
         match start_streaming(source, repl, start).await {
             Ok(()) => return Ok(()),
             Err(e) if e.is_transient() => tracing::warn!(
@@ -325,29 +327,9 @@ pub(super) async fn after_snapshot(source: &mut PgSource) -> Result<()> {
             Err(e) => return Err(e),
         }
     }
-    let policy = source.options.reconnect;
-    let mut attempt = 0;
-    loop {
-        let result = async {
-            let mut repl =
-                ReplicationConnection::connect(&source.options.config.connection).await?;
-            let system = repl.identify_system().await?;
-            if let Some(identity) = &source.identity {
-                check_resume(identity, &system.identity(&identity.database, &source.slot))?;
-            }
-            start_streaming(source, repl, start).await
-        }
-        .await;
-        match result {
-            Ok(()) => return Ok(()),
-            Err(e) if e.is_transient() && policy.max_attempts.is_none_or(|m| attempt < m) => {
-                tracing::warn!(attempt, error = %e, "cannot start streaming yet; retrying");
-                tokio::time::sleep(policy.delay(attempt)).await;
-                attempt += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    source.stream = None;
+    source.phase = Phase::Streaming;
+    Ok(())
 }
 
 async fn start_streaming(

@@ -138,15 +138,8 @@ pub async fn wait_for_equal(
 
 /// The slot's `confirmed_flush_lsn`.
 pub async fn confirmed_flush(cluster: &Cluster, slot: &str) -> Option<cdc_core::Lsn> {
-    let client = cluster.connect("postgres").await.unwrap();
-    let row = client
-        .query_opt(
-            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-            &[&slot],
-        )
-        .await
-        .unwrap()?;
-    row.get::<_, Option<String>>(0).map(|s| s.parse().unwrap())
+    let lsn = cluster.slot_confirmed_flush_lsn(slot).await.unwrap()?;
+    Some(lsn.parse().unwrap())
 }
 
 /// Waits until the sink has seen the snapshot's Completed marker (streaming has begun).
@@ -226,13 +219,7 @@ impl Running {
 /// Waits until `slot`'s `confirmed_flush_lsn` reaches the server's current WAL position (as
 /// of the call): the slot does not retain WAL written so far.
 pub async fn wait_slot_caught_up(cluster: &Cluster, slot: &str, timeout: Duration) {
-    let client = cluster.connect("postgres").await.unwrap();
-    let target: String = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let target: cdc_core::Lsn = target.parse().unwrap();
+    let target: cdc_core::Lsn = cluster.current_wal_lsn().await.unwrap().parse().unwrap();
     let deadline = Instant::now() + timeout;
     loop {
         let now = confirmed_flush(cluster, slot).await.unwrap();

@@ -161,6 +161,32 @@ impl Cluster {
         let id: i64 = row.try_get(0)?;
         Ok(id as u64)
     }
+
+    /// The server's current WAL write position (`pg_current_wal_lsn()`) as text, e.g.
+    /// `0/1A2B3C8` (on a standby: an error, as Postgres gives one).
+    pub async fn current_wal_lsn(&self) -> Result<String> {
+        let client = self.connect("postgres").await?;
+        Ok(client
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await?
+            .try_get(0)?)
+    }
+
+    /// The `confirmed_flush_lsn` of replication slot `slot` as text; `None` if the slot
+    /// does not exist (or is physical, which has none).
+    pub async fn slot_confirmed_flush_lsn(&self, slot: &str) -> Result<Option<String>> {
+        let client = self.connect("postgres").await?;
+        let row = client
+            .query_opt(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await?;
+        Ok(match row {
+            Some(row) => row.try_get(0)?,
+            None => None,
+        })
+    }
 }
 
 pub(super) async fn connect_spawned(config: &tokio_postgres::Config) -> Result<Client> {

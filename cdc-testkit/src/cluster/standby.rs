@@ -200,12 +200,7 @@ impl Cluster {
     /// the call starts. Fails with [`Error::Timeout`] after 60 s (naming both positions),
     /// and with [`Error::Config`] if this cluster has never been a standby.
     pub async fn wait_for_replay(&self, primary: &Cluster) -> Result<()> {
-        let target: String = primary
-            .connect("postgres")
-            .await?
-            .query_one("SELECT pg_current_wal_lsn()::text", &[])
-            .await?
-            .try_get(0)?;
+        let target = primary.current_wal_lsn().await?;
         let client = self.connect("postgres").await?;
         let deadline = Instant::now() + REPLAY_TIMEOUT;
         loop {
