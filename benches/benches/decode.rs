@@ -23,7 +23,7 @@ use benches::row::{self, Format};
 use bytes::Bytes;
 use cdc_core::{ChangeEvent, TableName, Value};
 use cdc_pgoutput::changes::{
-    AssemblerConfig, ChangeAssembler, MessageFilter, SchemaChangePolicy, TableRouting,
+    AssemblerConfig, ChangeAssembler, MemorySpill, MessageFilter, SchemaChangePolicy, TableRouting,
 };
 use cdc_pgoutput::protocol::pgoutput::{
     ColumnRef, DecoderOptions, PgOutputDecoder, PgOutputMessage, ProtocolVersion,
@@ -129,6 +129,7 @@ fn assembler(relation: &Bytes) -> ChangeAssembler {
         schema_policy: SchemaChangePolicy::Fail,
         messages: MessageFilter::Off,
         stream_memory_limit: 64 << 20,
+        spill: MemorySpill::shared(),
     });
     // pgoutput sends the Relation once per session, before the first change of the table.
     let mut out = Vec::new();

@@ -16,8 +16,8 @@
 use benches::row::{self, Format};
 use cdc_core::{ChangeEvent, EventKind, OldRow, OldRowKind, TableName, Value};
 use cdc_pgoutput::changes::{
-    AssemblerConfig, ChangeAssembler, MessageFilter, SchemaChangePolicy, TableCatalogInfo,
-    TableRouting,
+    AssemblerConfig, ChangeAssembler, MemorySpill, MessageFilter, SchemaChangePolicy,
+    TableCatalogInfo, TableRouting,
 };
 use cdc_pgoutput::protocol::pgoutput::{DecoderOptions, ProtocolVersion};
 use cdc_sinks::feldera::{EncoderOptions, FelderaEncoder, Frame, Framing};
@@ -45,6 +45,7 @@ fn insert_events() -> Vec<ChangeEvent> {
         schema_policy: SchemaChangePolicy::Fail,
         messages: MessageFilter::Off,
         stream_memory_limit: 64 << 20,
+        spill: MemorySpill::shared(),
     });
     let transaction = row::transaction(RELATION_ID, 1, ROWS, Format::Binary);
     let mut out = Vec::new();

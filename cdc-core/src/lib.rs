@@ -1,16 +1,25 @@
-//! Database-agnostic change data capture model for pgcdc.
+//! Database-agnostic change data capture model for pgcdc, and the pipeline that drives a
+//! source into a sink.
 //!
-//! The types every pgcdc crate speaks: positions ([`Lsn`], [`Position`]), table names and
-//! schemas, column values ([`Value`]), change events and batches, the [`ResumeToken`] a
-//! sink stores, the [`Sink`] and [`Source`] traits, and the [`Error`] type whose kinds say
-//! what to do.
+//! The model is the language every pgcdc crate speaks: positions ([`Lsn`], [`Position`]),
+//! table names and schemas, column values ([`Value`]), change events and batches, the
+//! [`ResumeToken`] a sink stores, and the [`Error`] type whose kinds say what to do. It is
+//! plain data and must never depend on an async runtime, I/O or a particular database, so
+//! that pure protocol code (cdc-pgoutput) can use it alone.
+//!
+//! With the default feature `runtime`, the crate also holds the async [`Sink`] and
+//! [`Source`] traits and the [`Pipeline`] that drives one into the other (tokio). Build
+//! with `default-features = false` for the model alone.
 
 pub mod error;
 pub mod event;
 pub mod lsn;
+#[cfg(feature = "runtime")]
 pub mod pipeline;
 pub mod schema;
+#[cfg(feature = "runtime")]
 pub mod sink;
+#[cfg(feature = "runtime")]
 pub mod source;
 pub mod table_name;
 pub mod token;
@@ -21,11 +30,14 @@ pub use event::{
     ChangeBatch, ChangeEvent, EventKind, OldRow, OldRowKind, Row, SnapshotMarker, TxBegin, TxCommit,
 };
 pub use lsn::{Lsn, ParseLsnError, Position};
+#[cfg(feature = "runtime")]
 pub use pipeline::{
     Pipeline, PipelineConfig, PipelineStats, RunEnd, RunSummary, ShutdownHandle, StatsSnapshot,
 };
 pub use schema::{ColumnSchema, ColumnType, ReplicaIdentity, SchemaRef, TableSchema};
+#[cfg(feature = "runtime")]
 pub use sink::{Ack, AckEvent, Acknowledger, BatchId, BatchLimits, CommitMode, Sink, SinkBatch};
+#[cfg(feature = "runtime")]
 pub use source::{ConfirmHandle, Source};
 pub use table_name::{TableName, TableNameError, quote_identifier};
 pub use token::{RESUME_TOKEN_VERSION, ResumeToken, SnapshotProgress, SourceIdentity};

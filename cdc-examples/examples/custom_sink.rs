@@ -77,9 +77,9 @@ async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
         .await?;
     let uri = cluster.uri("postgres", cdc_testkit::ADMIN_USER, None);
     let config =
-        cdc_pgoutput::conn::SourceConfig::new(&uri, "pets")?.with_tables(["public.pets"])?;
+        cdc_postgres::conn::SourceConfig::new(&uri, "pets")?.with_tables(["public.pets"])?;
     let source =
-        cdc_pgoutput::source::PgSource::new(cdc_pgoutput::source::PgSourceOptions::new(config));
+        cdc_postgres::source::PgSource::new(cdc_postgres::source::PgSourceOptions::new(config));
     let pipeline = Pipeline::new(source, PrintSink::default(), PipelineConfig::default());
     let stop = pipeline.shutdown_handle();
     let running = tokio::spawn(pipeline.run());

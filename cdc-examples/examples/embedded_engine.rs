@@ -31,8 +31,8 @@ use cdc_core::{
     Ack, Acknowledger, Error, EventKind, Pipeline, PipelineConfig, Result, ResumeToken, Row, Sink,
     SinkBatch, SnapshotMarker, TableSchema, Value,
 };
-use cdc_pgoutput::conn::SourceConfig;
-use cdc_pgoutput::source::{PgSource, PgSourceOptions};
+use cdc_postgres::conn::SourceConfig;
+use cdc_postgres::source::{PgSource, PgSourceOptions};
 use serde::{Deserialize, Serialize};
 
 /// A table: primary key text → column → value text.

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use cdc_core::{ChangeBatch, ConfirmHandle, Error, Lsn, Result, ResumeToken, Source, TableName};
-use cdc_pgoutput::source::PgSource;
+use cdc_postgres::source::PgSource;
 
 /// What the user allowed, and what the slot looked like before the run.
 #[derive(Clone, Debug)]

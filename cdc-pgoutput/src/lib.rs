@@ -1,9 +1,20 @@
-//! PostgreSQL logical replication (pgoutput) for pgcdc: sans-IO protocol, type decoding,
-//! replication connection, catalog, slots, snapshot and `PgSource`.
+//! The PostgreSQL logical replication protocol for pgcdc, sans-IO: bytes in, values out.
+//!
+//! - [`protocol`]: codecs of the replication sub-protocol (XLogData, keepalives, standby
+//!   status updates) and of pgoutput's messages (protocol versions 1–4), with zero-copy
+//!   tuple views.
+//! - [`types`]: decoders from Postgres's binary and text formats into
+//!   [`cdc_core::Value`], by type OID, and the registry of a session's types.
+//! - [`changes`]: the change assembler that turns decoded messages into
+//!   [`cdc_core::ChangeEvent`]s: relation cache, positions, streamed-transaction buffers.
+//!
+//! This crate must never depend on an async runtime, sockets, TLS, a Postgres client
+//! library or the filesystem: its normal dependencies are `cdc-core`'s model (without the
+//! `runtime` feature) and small pure crates (`bytes`, `memchr`, `uuid`, `thiserror`). Where
+//! the assembler needs storage beyond memory (spilling large streamed transactions), the
+//! caller provides it through [`changes::SpillStorage`]. The I/O around this crate lives in
+//! `cdc-postgres`. `tests/dependencies.rs` enforces the rule.
 
 pub mod changes;
-pub mod conn;
 pub mod protocol;
-pub mod snapshot;
-pub mod source;
 pub mod types;

@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 
 use cdc_core::ErrorKind;
-use cdc_pgoutput::conn::{PreflightOptions, Severity, connect_sql, preflight};
+use cdc_postgres::conn::{PreflightOptions, Severity, connect_sql, preflight};
 use tokio_postgres::Client;
 
 use super::sql_error;

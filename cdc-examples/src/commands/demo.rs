@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cdc_core::PipelineConfig;
-use cdc_pgoutput::conn::{ReplicationConnection, SourceConfig, connect_sql};
-use cdc_pgoutput::source::{PgSource, PgSourceOptions};
+use cdc_postgres::conn::{ReplicationConnection, SourceConfig, connect_sql};
+use cdc_postgres::source::{PgSource, PgSourceOptions};
 use cdc_sinks::{EncoderOptions, FelderaStreamSink, Framing};
 use cdc_testkit::{ADMIN_USER, Cluster};
 use tokio_postgres::Client;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use cdc_core::{
     Error, ErrorKind, Pipeline, PipelineConfig, RunSummary, Sink, TableName, quote_identifier,
 };
-use cdc_pgoutput::conn::{
+use cdc_postgres::conn::{
     ConnectionConfig, PreflightOptions, PreflightReport, ProblemKind, Severity, SlotProblem,
     SourceConfig, preflight,
 };
@@ -69,7 +69,7 @@ pub(crate) fn source_config(args: &SourceArgs) -> Result<SourceConfig, CliError>
 pub(crate) fn sql_error(context: &str, e: tokio_postgres::Error) -> Error {
     match e.as_db_error() {
         Some(db) => Error::new(
-            cdc_pgoutput::conn::error::classify_sqlstate(db.code().code()),
+            cdc_postgres::conn::error::classify_sqlstate(db.code().code()),
             format!(
                 "{context}: {} (SQLSTATE {})",
                 db.message(),

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use cdc_core::Error;
-use cdc_pgoutput::conn::{ReplicationConnection, connect_sql};
+use cdc_postgres::conn::{ReplicationConnection, connect_sql};
 use serde::Serialize;
 
 use super::sql_error;

@@ -5,8 +5,8 @@ use std::io::BufWriter;
 use std::process::ExitCode;
 
 use cdc_core::{CommitMode, PipelineConfig};
-use cdc_pgoutput::conn::{SnapshotMode, connect_sql};
-use cdc_pgoutput::source::{PgSource, PgSourceOptions};
+use cdc_postgres::conn::{SnapshotMode, connect_sql};
+use cdc_postgres::source::{PgSource, PgSourceOptions};
 use cdc_sinks::{
     EncoderOptions, FelderaFileSink, FelderaStreamSink, FileLayout, FileSinkOptions, Framing,
     StdoutFormat, StdoutSink,

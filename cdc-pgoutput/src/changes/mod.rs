@@ -13,6 +13,7 @@
 //! `2(n + 1)` for `n` changes.
 
 mod relations;
+mod spill;
 mod stream_buffer;
 mod tuples;
 
@@ -25,6 +26,7 @@ pub use relations::{
     CachedRelation, RelationCache, RelationUpdate, SchemaChangePolicy, TableCatalogInfo,
     TableRouting,
 };
+pub use spill::{MemorySpill, MemorySpillFile, SharedSpillStorage, SpillFile, SpillStorage};
 pub use stream_buffer::{Replay, StreamBuffers};
 
 use crate::protocol::pgoutput::{
@@ -64,8 +66,10 @@ pub struct AssemblerConfig {
     pub schema_policy: SchemaChangePolicy,
     /// Which logical messages are delivered.
     pub messages: MessageFilter,
-    /// Memory for in-progress streamed transactions before they spill to disk.
+    /// Memory for in-progress streamed transactions before they spill to `spill`.
     pub stream_memory_limit: usize,
+    /// Where streamed transactions beyond `stream_memory_limit` go.
+    pub spill: SharedSpillStorage,
 }
 
 #[derive(Debug)]
@@ -104,7 +108,7 @@ impl ChangeAssembler {
             relations: RelationCache::new(config.routing, config.schema_policy),
             messages: config.messages,
             tx: None,
-            streams: StreamBuffers::new(config.stream_memory_limit),
+            streams: StreamBuffers::new(config.stream_memory_limit, config.spill),
             replay: None,
         }
     }
@@ -120,13 +124,8 @@ impl ChangeAssembler {
         self.decoder = PgOutputDecoder::new(self.decoder.options());
         self.relations.reset_session();
         self.tx = None;
-        self.streams = StreamBuffers::new(self.streams_limit());
+        self.streams = StreamBuffers::new(self.streams.limit(), self.streams.storage().clone());
         self.replay = None;
-    }
-
-    fn streams_limit(&self) -> usize {
-        // The limit is not stored separately; keep the current buffers' configuration.
-        self.streams.limit()
     }
 
     /// Bytes held by in-progress streamed transactions.

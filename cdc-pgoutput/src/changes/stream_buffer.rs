@@ -1,6 +1,6 @@
 //! In-progress streamed transactions (pgoutput protocol v2+ `streaming`): their messages
-//! are held per transaction up to a memory bound and spilled to temporary files beyond it,
-//! until Stream Commit releases them or Stream Abort drops them (also for aborted
+//! are held per transaction up to a memory bound and spilled to the caller's
+//! [`super::SpillStorage`] beyond it, until Stream Commit releases them or Stream Abort drops them (also for aborted
 //! subtransactions).
 //!
 //! Entries are raw pgoutput message payloads, exactly as received, so spilling is a plain
@@ -16,10 +16,11 @@
 //! pinned by kept ones.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 
 use bytes::{Bytes, BytesMut};
+
+use super::spill::{SharedSpillStorage, SpillFile};
 
 /// Size of the blocks entries are copied into.
 const BLOCK_SIZE: usize = 64 * 1024;
@@ -32,6 +33,7 @@ pub struct StreamBuffers {
     memory_limit: usize,
     memory_used: usize,
     txs: HashMap<u32, TxBuffer>,
+    storage: SharedSpillStorage,
 }
 
 #[derive(Debug, Default)]
@@ -43,7 +45,7 @@ struct TxBuffer {
     block: BytesMut,
     /// Indexes into `memory` of the first entry of each block its entries use, ascending.
     block_starts: Vec<usize>,
-    /// Entries `0..spilled_count`, in a temporary file.
+    /// Entries `0..spilled_count`, in the spill store.
     spill: Option<Spill>,
     spilled_count: u64,
     /// Subtransactions in order of their first change.
@@ -52,7 +54,7 @@ struct TxBuffer {
 
 #[derive(Debug)]
 struct Spill {
-    writer: BufWriter<File>,
+    writer: BufWriter<Box<dyn SpillFile>>,
     len: u64,
 }
 
@@ -69,7 +71,7 @@ struct SubxactStart {
 /// from their file as the iterator advances, so memory stays bounded.
 #[derive(Debug)]
 pub struct Replay {
-    file: Option<BufReader<File>>,
+    file: Option<BufReader<Box<dyn SpillFile>>>,
     file_remaining: u64,
     memory: std::vec::IntoIter<Bytes>,
 }
@@ -128,7 +130,7 @@ impl TxBuffer {
     }
 }
 
-fn read_entry(file: &mut BufReader<File>) -> io::Result<Bytes> {
+fn read_entry(file: &mut BufReader<Box<dyn SpillFile>>) -> io::Result<Bytes> {
     let mut len = [0u8; 4];
     file.read_exact(&mut len)?;
     let mut data = vec![0u8; u32::from_le_bytes(len) as usize];
@@ -138,13 +140,19 @@ fn read_entry(file: &mut BufReader<File>) -> io::Result<Bytes> {
 
 impl StreamBuffers {
     /// Buffers that keep at most about `memory_limit` bytes in memory across all
-    /// transactions, spilling the largest transaction to disk beyond it.
-    pub fn new(memory_limit: usize) -> Self {
+    /// transactions, spilling the largest transaction to `storage` beyond it.
+    pub fn new(memory_limit: usize, storage: SharedSpillStorage) -> Self {
         StreamBuffers {
             memory_limit,
             memory_used: 0,
             txs: HashMap::new(),
+            storage,
         }
+    }
+
+    /// Where transactions spill (kept across sessions).
+    pub fn storage(&self) -> &SharedSpillStorage {
+        &self.storage
     }
 
     /// The memory limit given at construction.
@@ -203,7 +211,7 @@ impl StreamBuffers {
         };
         if tx.spill.is_none() {
             tx.spill = Some(Spill {
-                writer: BufWriter::with_capacity(256 << 10, tempfile::tempfile()?),
+                writer: BufWriter::with_capacity(256 << 10, self.storage.create()?),
                 len: 0,
             });
         }
@@ -266,7 +274,7 @@ impl StreamBuffers {
             tx.block_starts.clear();
             if let (Some(spill), Some(offset)) = (tx.spill.as_mut(), start.file_offset) {
                 spill.writer.flush()?;
-                spill.writer.get_mut().set_len(offset)?;
+                spill.writer.get_mut().truncate(offset)?;
                 spill.writer.seek(SeekFrom::Start(offset))?;
                 spill.len = offset;
             }
@@ -314,6 +322,7 @@ impl StreamBuffers {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::changes::spill::MemorySpill;
 
     fn entry(n: u32) -> Bytes {
         Bytes::from(n.to_le_bytes().repeat(8))
@@ -330,7 +339,7 @@ mod tests {
 
     #[test]
     fn keeps_order_across_spills_and_stays_under_the_limit() {
-        let mut buffers = StreamBuffers::new(500);
+        let mut buffers = StreamBuffers::new(500, MemorySpill::shared());
         for n in 0..1000 {
             buffers.push(1, 1, &entry(n)).unwrap();
             buffers.push(2, 2, &entry(n + 5000)).unwrap();
@@ -351,7 +360,7 @@ mod tests {
     #[test]
     fn subtransaction_abort_drops_it_and_what_follows_in_memory_and_on_disk() {
         for limit in [usize::MAX, 200] {
-            let mut buffers = StreamBuffers::new(limit);
+            let mut buffers = StreamBuffers::new(limit, MemorySpill::shared());
             for n in 0..10 {
                 buffers.push(1, 1, &entry(n)).unwrap();
             }
@@ -374,7 +383,7 @@ mod tests {
 
     #[test]
     fn abort_drops_everything() {
-        let mut buffers = StreamBuffers::new(100);
+        let mut buffers = StreamBuffers::new(100, MemorySpill::shared());
         for n in 0..50 {
             buffers.push(3, 3, &entry(n)).unwrap();
         }
@@ -389,7 +398,7 @@ mod tests {
         let chunk = Bytes::from(vec![7u8; 256 * 1024]);
         let message = chunk.slice(1000..1100);
         let large = chunk.slice(0..(OWN_ALLOCATION_ABOVE + 1));
-        let mut buffers = StreamBuffers::new(usize::MAX);
+        let mut buffers = StreamBuffers::new(usize::MAX, MemorySpill::shared());
         buffers.push(1, 1, &message).unwrap();
         buffers.push(1, 1, &large).unwrap();
         let chunk_range = chunk.as_ptr_range();
@@ -405,7 +414,7 @@ mod tests {
 
     #[test]
     fn a_spilled_transaction_is_released_entirely_from_its_file() {
-        let mut buffers = StreamBuffers::new(500);
+        let mut buffers = StreamBuffers::new(500, MemorySpill::shared());
         for n in 0..100 {
             buffers.push(1, 1, &entry(n)).unwrap();
         }
@@ -427,7 +436,7 @@ mod tests {
 
     #[test]
     fn a_subtransaction_abort_does_not_leave_its_bytes_pinned_by_kept_entries() {
-        let mut buffers = StreamBuffers::new(usize::MAX);
+        let mut buffers = StreamBuffers::new(usize::MAX, MemorySpill::shared());
         for cycle in 0..3u32 {
             // A kept top-level change, then a subtransaction in the same block, rolled back.
             buffers.push(1, 1, &entry(cycle)).unwrap();

@@ -76,6 +76,7 @@ fn assembler(version: ProtocolVersion, policy: SchemaChangePolicy) -> ChangeAsse
         schema_policy: policy,
         messages: MessageFilter::All,
         stream_memory_limit: 256,
+        spill: MemorySpill::shared(),
     })
 }
 
@@ -297,6 +298,7 @@ fn truncate_of_two_tables_is_one_event() {
         schema_policy: SchemaChangePolicy::Fail,
         messages: MessageFilter::Off,
         stream_memory_limit: 1 << 20,
+        spill: MemorySpill::shared(),
     });
     let (events, _) = feed(
         &mut a,

@@ -6,7 +6,8 @@ use bytes::{BufMut, BytesMut};
 use cdc_core::{OtherRepr, Value};
 
 use super::error::TypeEncodeError;
-use super::registry::{ScalarKind, TypeInfo, TypeKind};
+use super::oids::ScalarKind;
+use super::registry::{TypeInfo, TypeKind};
 use super::{array, datetime, numeric, scalar};
 
 /// Appends `value` to `out` in the binary (send) format of `ty`, without a length

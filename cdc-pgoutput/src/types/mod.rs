@@ -49,7 +49,8 @@ use cdc_core::{OtherRepr, OtherValue, Value};
 
 pub use encode::encode_binary;
 pub use error::{DecodeErrorKind, Format, TypeDecodeError, TypeEncodeError};
-pub use registry::{ArrayType, ScalarKind, TypeDef, TypeInfo, TypeKind, TypeRegistry};
+pub use oids::ScalarKind;
+pub use registry::{ArrayType, TypeDef, TypeInfo, TypeKind, TypeRegistry};
 
 /// Decodes a value in text format (a type's output function) as a value of `ty`.
 ///

@@ -7,65 +7,11 @@ use std::sync::Arc;
 
 use cdc_core::{Text, TypeOid};
 
-use super::oids::{self, BuiltinKind};
+use super::oids::{self, BuiltinKind, ScalarKind};
 
 /// Deepest chain of domains and array elements [`TypeRegistry::resolve`] follows; deeper
 /// (or cyclic) definitions resolve to [`ScalarKind::Other`].
 const MAX_RESOLVE_DEPTH: usize = 8;
-
-/// How a non-array value is decoded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ScalarKind {
-    /// `bool` → [`Value::Bool`](cdc_core::Value::Bool).
-    Bool,
-    /// `int2` → `Value::Int2`.
-    Int2,
-    /// `int4` → `Value::Int4`.
-    Int4,
-    /// `int8` → `Value::Int8`.
-    Int8,
-    /// `oid`, `xid`, `cid`: a u32 in both formats → `Value::Oid`.
-    Oid,
-    /// `regclass`, `regtype`, `regproc`, …: a u32 in binary (→ `Value::Oid`) but the
-    /// object's *name* in text (→ `Value::Other` with that text).
-    RegOid,
-    /// `float4` → `Value::Float4`.
-    Float4,
-    /// `float8` → `Value::Float8`.
-    Float8,
-    /// `numeric` → `Value::Numeric`.
-    Numeric,
-    /// `text`, `varchar`, `bpchar`, `name` → `Value::Text`.
-    Text,
-    /// `"char"` (one byte) → `Value::Text`; a byte with the high bit set becomes `\ooo`
-    /// as Postgres 15+ prints it.
-    Char,
-    /// `bytea` → `Value::Bytea`.
-    Bytea,
-    /// `date` → `Value::Date`.
-    Date,
-    /// `time` → `Value::Time`.
-    Time,
-    /// `timetz` → `Value::TimeTz`.
-    TimeTz,
-    /// `timestamp` → `Value::Timestamp`.
-    Timestamp,
-    /// `timestamptz` → `Value::TimestampTz`.
-    TimestampTz,
-    /// `interval` → `Value::Interval`.
-    Interval,
-    /// `uuid` → `Value::Uuid`.
-    Uuid,
-    /// `json` → `Value::Json`.
-    Json,
-    /// `jsonb` → `Value::Jsonb`.
-    Jsonb,
-    /// An enum: its label in both formats → `Value::Other` with a text representation.
-    Enum,
-    /// Any other type → `Value::Other` (text or binary representation, as received).
-    Other,
-}
 
 /// How a value of a type is decoded: a scalar, or an array of some element type.
 #[derive(Clone, Debug, PartialEq, Eq)]

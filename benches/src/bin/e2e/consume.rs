@@ -19,8 +19,8 @@ use std::time::Instant;
 use benches::measure;
 use benches::sinks::{Counted, Discard};
 use cdc_core::{Lsn, Pipeline, PipelineConfig, Sink};
-use cdc_pgoutput::conn::{SnapshotMode, SourceConfig, Streaming};
-use cdc_pgoutput::source::{PgSource, PgSourceOptions};
+use cdc_postgres::conn::{SnapshotMode, SourceConfig, Streaming};
+use cdc_postgres::source::{PgSource, PgSourceOptions};
 use cdc_sinks::feldera::{EncoderOptions, FelderaStreamSink, Framing};
 
 use crate::args::Args;

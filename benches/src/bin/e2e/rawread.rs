@@ -23,6 +23,7 @@ use cdc_pgoutput::changes::{
 };
 use cdc_pgoutput::protocol::pgoutput::{DecoderOptions, ProtocolVersion};
 use cdc_pgoutput::protocol::replication::{ClientMessage, ServerMessage, StandbyStatusUpdate};
+use cdc_postgres::source::TempFileSpill;
 
 use crate::args::Args;
 
@@ -212,6 +213,7 @@ fn run(args: &Args) -> Result<String, String> {
         schema_policy: SchemaChangePolicy::Fail,
         messages: MessageFilter::Off,
         stream_memory_limit: 64 << 20,
+        spill: TempFileSpill::shared(),
     });
     let started = Instant::now();
     let mut events = Vec::new();

@@ -1,0 +1,254 @@
+//! Catalog facts the source needs beyond what pgoutput sends: each configured table's
+//! columns (for the snapshot's COPY and its schema), nullability, primary key, size
+//! estimate, partitions, and the definitions of non-built-in column types.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use cdc_core::{
+    ColumnSchema, ColumnType, Error, ReplicaIdentity, TableName, TableSchema, Text, TypeOid,
+};
+use tokio_postgres::Client;
+
+use crate::conn::error::{Activity, from_tokio_postgres};
+use cdc_pgoutput::changes::TableCatalogInfo;
+use cdc_pgoutput::types::{ScalarKind, TypeDef, TypeInfo, TypeRegistry};
+
+/// One configured table as the catalog describes it.
+#[derive(Clone, Debug)]
+pub struct CatalogTable {
+    /// The table's schema as the snapshot delivers it.
+    pub schema: Arc<TableSchema>,
+    /// Resolved column types, in column order.
+    pub column_types: Vec<TypeInfo>,
+    /// `reltuples` estimate (−1 or 0 when never analyzed).
+    pub estimated_rows: i64,
+    /// `relpages`: how many 8 kB pages the heap has (for splitting the copy).
+    pub pages: i64,
+    /// For a partitioned table: its leaf partitions (copied instead of the parent).
+    pub partitions: Vec<TableName>,
+}
+
+fn sql_error(e: tokio_postgres::Error) -> Error {
+    from_tokio_postgres(e, Activity::Command, "a catalog query failed")
+}
+
+/// Reads every table in `tables` and registers the non-built-in types of their columns in
+/// `types`. A missing table is a Config error.
+pub async fn load_tables(
+    client: &Client,
+    tables: &[TableName],
+    types: &mut TypeRegistry,
+) -> Result<Vec<CatalogTable>, Error> {
+    let mut out = Vec::with_capacity(tables.len());
+    for name in tables {
+        let row = client
+            .query_opt(
+                "SELECT c.oid, c.relreplident::text, c.reltuples::int8, c.relpages::int8, c.relkind::text \
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname = $2",
+                &[&name.schema, &name.name],
+            )
+            .await
+            .map_err(sql_error)?
+            .ok_or_else(|| Error::config(format!("table {name} does not exist")))?;
+        let oid: u32 = row.try_get(0).map_err(sql_error)?;
+        let identity: String = row.try_get(1).map_err(sql_error)?;
+        let estimated_rows: i64 = row.try_get(2).map_err(sql_error)?;
+        let pages: i64 = row.try_get(3).map_err(sql_error)?;
+        let relkind: String = row.try_get(4).map_err(sql_error)?;
+        let columns = client
+            .query(
+                "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attnotnull, \
+                        COALESCE(i.indisprimary, false) AS in_pk, \
+                        format_type(a.atttypid, NULL) \
+                 FROM pg_attribute a \
+                 LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary \
+                                      AND a.attnum = ANY(i.indkey) \
+                 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
+                   AND a.attgenerated = '' \
+                 ORDER BY a.attnum",
+                &[&oid],
+            )
+            .await
+            .map_err(sql_error)?;
+        let primary_key: Vec<String> = client
+            .query(
+                "SELECT a.attname::text FROM pg_index i \
+                 CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) \
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+                 WHERE i.indrelid = $1 AND i.indisprimary ORDER BY k.ord",
+                &[&oid],
+            )
+            .await
+            .map_err(sql_error)?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()
+            .map_err(sql_error)?;
+        let identity_columns: HashSet<String> = client
+            .query(
+                "SELECT a.attname::text FROM pg_index i \
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
+                 WHERE i.indrelid = $1 AND i.indisreplident",
+                &[&oid],
+            )
+            .await
+            .map_err(sql_error)?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, _>>()
+            .map_err(sql_error)?;
+        let replica_identity = identity
+            .bytes()
+            .next()
+            .and_then(ReplicaIdentity::from_char)
+            .unwrap_or(ReplicaIdentity::Default);
+        let mut schema_columns = Vec::with_capacity(columns.len());
+        let mut type_oids = Vec::with_capacity(columns.len());
+        for c in &columns {
+            let col_name: String = c.try_get(0).map_err(sql_error)?;
+            let type_oid: u32 = c.try_get(1).map_err(sql_error)?;
+            let modifier: i32 = c.try_get(2).map_err(sql_error)?;
+            let not_null: bool = c.try_get(3).map_err(sql_error)?;
+            let type_name: String = c.try_get(5).map_err(sql_error)?;
+            let part_of_key = match replica_identity {
+                ReplicaIdentity::Full => true,
+                ReplicaIdentity::Nothing => false,
+                ReplicaIdentity::Index => identity_columns.contains(&col_name),
+                ReplicaIdentity::Default => primary_key.contains(&col_name),
+            };
+            type_oids.push(type_oid);
+            schema_columns.push(ColumnSchema {
+                name: col_name,
+                column_type: ColumnType {
+                    oid: type_oid,
+                    modifier,
+                    name: Some(type_name),
+                },
+                nullable: !not_null,
+                part_of_key,
+            });
+        }
+        define_types(client, &type_oids, types).await?;
+        let partitions = if relkind == "p" {
+            client
+                .query(
+                    "SELECT n.nspname::text, c.relname::text FROM pg_partition_tree($1::oid::regclass) t \
+                     JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
+                     WHERE t.isleaf ORDER BY 1, 2",
+                    &[&oid],
+                )
+                .await
+                .map_err(sql_error)?
+                .iter()
+                .map(|r| Ok(TableName::new(r.try_get::<_, String>(0)?, r.try_get::<_, String>(1)?)))
+                .collect::<Result<_, tokio_postgres::Error>>()
+                .map_err(sql_error)?
+        } else {
+            Vec::new()
+        };
+        let column_types = type_oids.iter().map(|oid| types.resolve(*oid)).collect();
+        out.push(CatalogTable {
+            schema: Arc::new(TableSchema {
+                name: name.clone(),
+                relation_id: oid,
+                columns: schema_columns,
+                replica_identity,
+                primary_key,
+            }),
+            column_types,
+            estimated_rows,
+            pages,
+            partitions,
+        });
+    }
+    Ok(out)
+}
+
+/// Whether values of `ty` decode from the binary format into their own `Value` variant.
+/// Types kept as `Value::Other` (ranges, network, geometric, …) only have an exact text
+/// form we can pass on in text format, so they are read as text.
+pub fn decodes_from_binary(ty: &TypeInfo) -> bool {
+    match ty.array_element() {
+        Some(element) => decodes_from_binary(element),
+        None => !matches!(ty.scalar_kind(), Some(ScalarKind::Other) | None),
+    }
+}
+
+impl CatalogTable {
+    /// Whether every column decodes from binary (see [`decodes_from_binary`]).
+    pub fn binary_safe(&self) -> bool {
+        self.column_types.iter().all(decodes_from_binary)
+    }
+}
+
+/// The facts the relation cache needs for `table`.
+pub fn catalog_info(table: &CatalogTable) -> TableCatalogInfo {
+    TableCatalogInfo {
+        not_null: table
+            .schema
+            .columns
+            .iter()
+            .filter(|c| !c.nullable)
+            .map(|c| c.name.clone())
+            .collect(),
+        primary_key: table.schema.primary_key.clone(),
+    }
+}
+
+/// Registers the definitions of the non-built-in types among `oids` (enums, domains,
+/// arrays of them), following domain bases and array elements.
+async fn define_types(
+    client: &Client,
+    oids: &[TypeOid],
+    types: &mut TypeRegistry,
+) -> Result<(), Error> {
+    let mut pending: Vec<TypeOid> = oids
+        .iter()
+        .copied()
+        .filter(|oid| cdc_pgoutput::types::oids::builtin_name(*oid).is_none())
+        .collect();
+    let mut seen: HashMap<TypeOid, ()> = HashMap::new();
+    while let Some(oid) = pending.pop() {
+        if seen.insert(oid, ()).is_some() || cdc_pgoutput::types::oids::builtin_name(oid).is_some()
+        {
+            continue;
+        }
+        let Some(row) = client
+            .query_opt(
+                "SELECT n.nspname::text || '.' || t.typname::text, t.typtype::text, t.typbasetype, \
+                        t.typelem, t.typcategory::text, t.typdelim::text \
+                 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = $1",
+                &[&oid],
+            )
+            .await
+            .map_err(sql_error)?
+        else {
+            continue;
+        };
+        let name: String = row.try_get(0).map_err(sql_error)?;
+        let typtype: String = row.try_get(1).map_err(sql_error)?;
+        let base: u32 = row.try_get(2).map_err(sql_error)?;
+        let elem: u32 = row.try_get(3).map_err(sql_error)?;
+        let category: String = row.try_get(4).map_err(sql_error)?;
+        let delim: String = row.try_get(5).map_err(sql_error)?;
+        let def = match typtype.as_str() {
+            "e" => TypeDef::Enum,
+            "d" => {
+                pending.push(base);
+                TypeDef::Domain { base }
+            }
+            _ if category == "A" && elem != 0 => {
+                pending.push(elem);
+                TypeDef::Array {
+                    element: elem,
+                    delimiter: delim.bytes().next().unwrap_or(b','),
+                }
+            }
+            _ => TypeDef::Other,
+        };
+        types.define(oid, Some(Text::from(name)), def);
+    }
+    Ok(())
+}

@@ -1,0 +1,57 @@
+//! Connecting to PostgreSQL: configuration, identity, TLS, authentication, the replication
+//! session and its CopyBoth stream, and the checks run before streaming.
+//!
+//! - [`config`]: [`SourceConfig`] (what to stream) and [`ConnectionConfig`] (how to reach the
+//!   server), parsed from a libpq connection string by [`conninfo`], or deserialized from
+//!   the JSON shape of Feldera's `postgres_cdc` connector ([`feldera`]).
+//! - [`identity`]: the stable source id and default slot name (host, port, database and
+//!   publication only), and the resume check against the server's system identifier and
+//!   timeline.
+//! - [`tls`] and `transport`: sockets (TCP, Unix) and TLS per `sslmode`, exactly as libpq
+//!   documents it, shared by both connections.
+//! - `wire`: startup and authentication (trust, password, md5, SCRAM-SHA-256) and the
+//!   simple-query protocol of our own `replication=database` session.
+//! - [`replication`]: [`ReplicationConnection`] and its commands (`IDENTIFY_SYSTEM`,
+//!   `CREATE_REPLICATION_SLOT`, `READ_REPLICATION_SLOT`, `DROP_REPLICATION_SLOT`,
+//!   `START_REPLICATION`).
+//! - [`stream`]: [`ReplicationStream`], the CopyBoth stream, run by a background task that
+//!   answers keepalives and sends status updates even while the consumer does not read.
+//! - [`session`]: the settings every session pins (text output, timeouts), in one place.
+//! - [`sql`]: an ordinary `tokio-postgres` client over the same transport and TLS settings.
+//! - [`preflight`](mod@preflight): `wal_level`, privileges, publication, tables, replica identity and slot
+//!   health ([`slot`]), as a report of problems with fixes.
+//! - [`error`]: how server and I/O errors map to [`cdc_core::ErrorKind`].
+
+pub mod config;
+pub mod conninfo;
+pub mod error;
+pub mod feldera;
+mod framing;
+pub mod identity;
+pub mod preflight;
+mod read_batching;
+pub mod replication;
+pub mod session;
+pub mod slot;
+pub mod sql;
+pub mod stream;
+pub mod tls;
+mod transport;
+mod wire;
+
+pub use config::{
+    ConnectionConfig, DEFAULT_HOST, DEFAULT_PORT, Host, PemSource, SnapshotMode, SourceConfig,
+    SslMode, TableRef, TlsConfig, validate_slot_name,
+};
+pub use feldera::SourceConfigJson;
+pub use identity::{SLOT_PREFIX, check_resume, default_slot_name, stable_source_id};
+pub use preflight::{
+    PreflightOptions, PreflightReport, Problem, ProblemKind, PublishedTable, Severity, preflight,
+};
+pub use replication::{
+    CreateSlotOptions, CreatedSlot, PgOutputOptions, QueryResult, ReadSlot, ReplicationConnection,
+    SnapshotAction, Streaming, SystemInfo,
+};
+pub use slot::{SlotInfo, SlotProblem, inspect_slot, slot_problems};
+pub use sql::connect_sql;
+pub use stream::{FlushHandle, ReplicationStream, StreamOptions};

@@ -1,0 +1,328 @@
+//! Parallel COPY of the configured tables under the slot's exported snapshot.
+//!
+//! Each worker opens its own connection, starts a `REPEATABLE READ` transaction and
+//! imports the exported snapshot (`SET TRANSACTION SNAPSHOT`), so every worker sees the
+//! database exactly as of the slot's consistent point. Work items are whole tables, leaf
+//! partitions of a partitioned table, or ctid ranges of a large table (PostgreSQL 14+ scans
+//! those efficiently). Rows go to the consumer through a bounded channel, so a slow sink
+//! holds the copy back instead of memory growing.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use cdc_core::{Error, Row, TableName, Value, quote_identifier};
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_postgres::Client;
+
+use super::copy_binary::CopyBinaryDecoder;
+use crate::catalog::{CatalogTable, decodes_from_binary};
+use crate::conn::error::{Activity, from_tokio_postgres};
+use crate::conn::{ConnectionConfig, connect_sql};
+use cdc_pgoutput::types::{self, TypeInfo};
+
+/// Rows sent to the consumer per message.
+const ROWS_PER_MESSAGE: usize = 512;
+
+/// One unit of copying work.
+#[derive(Clone, Debug)]
+pub struct WorkItem {
+    /// Index of the configured table the rows belong to.
+    pub table: usize,
+    /// The relation actually read (the table, or one of its leaf partitions).
+    pub relation: TableName,
+    /// Optional ctid page range `[start, end)`.
+    pub pages: Option<(i64, i64)>,
+}
+
+/// What the copy workers report.
+#[derive(Debug)]
+pub enum CopyMessage {
+    /// Rows of configured table `table`.
+    Rows {
+        /// Index of the configured table.
+        table: usize,
+        /// The rows, in the table's column order.
+        rows: Vec<Row>,
+    },
+    /// A work item is complete.
+    ItemDone {
+        /// Index of the configured table.
+        table: usize,
+        /// Rows the item copied.
+        rows: u64,
+    },
+    /// A worker failed; the snapshot cannot complete.
+    Failed(Error),
+}
+
+/// Splits the tables into work items: leaf partitions for partitioned tables, ctid ranges
+/// of about `chunk_pages` pages for tables larger than that when `split` is set.
+pub fn plan(tables: &[CatalogTable], chunk_pages: i64, split: bool) -> Vec<WorkItem> {
+    let mut items = Vec::new();
+    for (index, table) in tables.iter().enumerate() {
+        if !table.partitions.is_empty() {
+            items.extend(table.partitions.iter().map(|p| WorkItem {
+                table: index,
+                relation: p.clone(),
+                pages: None,
+            }));
+        } else if split && chunk_pages > 0 && table.pages > chunk_pages {
+            let mut start = 0;
+            while start < table.pages {
+                let end = start + chunk_pages;
+                // The last range is open-ended: pages added since the statistics were taken
+                // are still copied.
+                let range_end = if end >= table.pages { i64::MAX } else { end };
+                items.push(WorkItem {
+                    table: index,
+                    relation: table.schema.name.clone(),
+                    pages: Some((start, range_end)),
+                });
+                start = end;
+            }
+        } else {
+            items.push(WorkItem {
+                table: index,
+                relation: table.schema.name.clone(),
+                pages: None,
+            });
+        }
+    }
+    // Largest first so workers finish together.
+    items.sort_by_key(|i| std::cmp::Reverse(tables.get(i.table).map_or(0, |t| t.pages)));
+    items
+}
+
+/// Items per table, to know when a table is complete.
+pub fn items_per_table(items: &[WorkItem], tables: usize) -> Vec<usize> {
+    let mut counts = vec![0; tables];
+    for item in items {
+        if let Some(c) = counts.get_mut(item.table) {
+            *c += 1;
+        }
+    }
+    counts
+}
+
+/// A column of a type without a binary decoder, as its type's output function prints it
+/// (the binary form of `text` is its UTF-8 bytes), so the snapshot carries exactly the
+/// text the walsender sends for it. Not `column::text`: a cast to text is a function of
+/// its own for some types (`inet` adds the netmask, `xml` keeps its declaration), while
+/// `format('%s', …)` calls the output function. `num_nulls` keeps NULL apart from a
+/// composite whose fields are all NULL (for which `IS NULL` is true).
+fn output_function_text(column: &str) -> String {
+    format!("CASE WHEN num_nulls({column}) = 0 THEN format('%s', {column}) END")
+}
+
+/// The COPY statement for one item.
+pub fn copy_statement(table: &CatalogTable, item: &WorkItem) -> String {
+    let columns: Vec<String> = table
+        .schema
+        .columns
+        .iter()
+        .zip(&table.column_types)
+        .map(|(c, ty)| {
+            let column = quote_identifier(&c.name);
+            if decodes_from_binary(ty) {
+                column
+            } else {
+                output_function_text(&column)
+            }
+        })
+        .collect();
+    let mut select = format!(
+        "SELECT {} FROM ONLY {}",
+        if columns.is_empty() {
+            String::new()
+        } else {
+            columns.join(", ")
+        },
+        item.relation
+    );
+    if let Some((start, end)) = item.pages {
+        select.push_str(&format!(" WHERE ctid >= '({start},0)'::tid"));
+        if end != i64::MAX {
+            select.push_str(&format!(" AND ctid < '({end},0)'::tid"));
+        }
+    }
+    format!("COPY ({select}) TO STDOUT (FORMAT binary)")
+}
+
+/// Starts `workers` copy workers over `items`; they report through the returned channel
+/// and stop at the first failure or when the receiver is dropped.
+pub fn spawn_workers(
+    connection: ConnectionConfig,
+    snapshot_name: String,
+    tables: Arc<Vec<CatalogTable>>,
+    items: Vec<WorkItem>,
+    workers: usize,
+    channel_capacity: usize,
+) -> (mpsc::Receiver<CopyMessage>, JoinSet<()>) {
+    let (tx, rx) = mpsc::channel(channel_capacity.max(1));
+    let queue = Arc::new(Mutex::new(VecDeque::from(items)));
+    let mut set = JoinSet::new();
+    for _ in 0..workers.max(1) {
+        let tx = tx.clone();
+        let queue = queue.clone();
+        let tables = tables.clone();
+        let connection = connection.clone();
+        let snapshot_name = snapshot_name.clone();
+        set.spawn(async move {
+            if let Err(e) = worker(&connection, &snapshot_name, &tables, &queue, &tx).await {
+                let _ = tx.send(CopyMessage::Failed(e)).await;
+            }
+        });
+    }
+    (rx, set)
+}
+
+fn sql_error(context: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
+    move |e| from_tokio_postgres(e, Activity::Command, context)
+}
+
+async fn worker(
+    connection: &ConnectionConfig,
+    snapshot_name: &str,
+    tables: &[CatalogTable],
+    queue: &Mutex<VecDeque<WorkItem>>,
+    tx: &mpsc::Sender<CopyMessage>,
+) -> Result<(), Error> {
+    let client = connect_sql(connection).await?;
+    client
+        .batch_execute(&format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '{}'",
+            snapshot_name.replace('\'', "''")
+        ))
+        .await
+        .map_err(|e| {
+            let gone = e.code() == Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE);
+            let error = from_tokio_postgres(e, Activity::Command, "cannot import the slot's exported snapshot");
+            if gone {
+                // The exporting session ended before this worker imported its snapshot
+                // ("invalid snapshot identifier"): the snapshot is taken again.
+                Error::transient(
+                    "the session that exported the snapshot ended before every copy worker imported it",
+                )
+                .with_source(error)
+            } else {
+                error
+            }
+        })?;
+    loop {
+        let item = match queue.lock() {
+            Ok(mut q) => q.pop_front(),
+            Err(_) => None,
+        };
+        let Some(item) = item else {
+            break;
+        };
+        let Some(table) = tables.get(item.table) else {
+            continue;
+        };
+        let rows = copy_item(&client, table, &item, tx).await?;
+        if tx
+            .send(CopyMessage::ItemDone {
+                table: item.table,
+                rows,
+            })
+            .await
+            .is_err()
+        {
+            return Ok(());
+        }
+    }
+    client
+        .batch_execute("COMMIT")
+        .await
+        .map_err(sql_error("cannot end the snapshot transaction"))?;
+    Ok(())
+}
+
+async fn copy_item(
+    client: &Client,
+    table: &CatalogTable,
+    item: &WorkItem,
+    tx: &mpsc::Sender<CopyMessage>,
+) -> Result<u64, Error> {
+    let statement = copy_statement(table, item);
+    let context = format!("COPY of {} failed", item.relation);
+    let stream = client
+        .copy_out(statement.as_str())
+        .await
+        .map_err(sql_error(&context))?;
+    futures::pin_mut!(stream);
+    let mut decoder = CopyBinaryDecoder::new(Some(table.column_types.len()));
+    let mut rows = Vec::with_capacity(ROWS_PER_MESSAGE);
+    let mut count = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(sql_error(&context))?;
+        decoder.feed(&chunk);
+        while let Some(fields) = decoder
+            .next_row()
+            .map_err(|e| Error::protocol(format!("{context}: {e}")))?
+        {
+            rows.push(decode_fields(table, &table.column_types, fields)?);
+            count += 1;
+            if rows.len() >= ROWS_PER_MESSAGE {
+                let full = std::mem::replace(&mut rows, Vec::with_capacity(ROWS_PER_MESSAGE));
+                if tx
+                    .send(CopyMessage::Rows {
+                        table: item.table,
+                        rows: full,
+                    })
+                    .await
+                    .is_err()
+                {
+                    return Ok(count);
+                }
+            }
+        }
+    }
+    if !decoder.is_done() || decoder.has_pending_bytes() {
+        return Err(Error::protocol(format!(
+            "{context}: the COPY data ended without its trailer"
+        )));
+    }
+    if !rows.is_empty() {
+        let _ = tx
+            .send(CopyMessage::Rows {
+                table: item.table,
+                rows,
+            })
+            .await;
+    }
+    Ok(count)
+}
+
+fn decode_fields(
+    table: &CatalogTable,
+    types: &[TypeInfo],
+    fields: Vec<Option<Bytes>>,
+) -> Result<Row, Error> {
+    let mut row = Vec::with_capacity(fields.len());
+    for (index, (field, ty)) in fields.into_iter().zip(types).enumerate() {
+        row.push(match field {
+            None => Value::Null,
+            Some(bytes) => if decodes_from_binary(ty) {
+                types::decode_binary(ty, &bytes)
+            } else {
+                types::decode_text(ty, &bytes)
+            }
+            .map_err(|e| {
+                let column = table
+                    .schema
+                    .columns
+                    .get(index)
+                    .map_or("?", |c| c.name.as_str());
+                Error::protocol(format!(
+                    "cannot decode column {column:?} of table {} in the snapshot: {e}",
+                    table.schema.name
+                ))
+            })?,
+        });
+    }
+    Ok(row)
+}

@@ -1,0 +1,541 @@
+//! `PgSource`: a consistent initial snapshot, then the slot's change stream, as a
+//! [`cdc_core::Source`].
+//!
+//! - [`catalog`]: what the catalog says about the configured tables.
+//! - `start`: the decisions at start — resume, redo an interrupted snapshot, create the
+//!   slot — each checked against the slot's state.
+//! - `snapshot_phase`: snapshot rows and markers with positions.
+//! - this module: batching, progress, end position, reconnect.
+
+mod options;
+mod snapshot_phase;
+mod spill;
+mod start;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use cdc_core::{
+    ChangeBatch, ChangeEvent, ConfirmHandle, Error, ErrorKind, Lsn, Position, Result, ResumeToken,
+    Source, SourceIdentity,
+};
+
+pub use options::{PgSourceOptions, ReconnectPolicy};
+pub use spill::TempFileSpill;
+
+use self::snapshot_phase::SnapshotPhase;
+use crate::catalog::CatalogTable;
+use crate::conn::{PgOutputOptions, ReplicationConnection, ReplicationStream};
+use cdc_pgoutput::changes::{AssemblerConfig, ChangeAssembler};
+use cdc_pgoutput::protocol::pgoutput::{DecoderOptions, ProtocolVersion};
+use cdc_pgoutput::protocol::replication::ServerMessage;
+
+/// What the source is doing.
+#[derive(Debug)]
+enum Phase {
+    NotStarted,
+    Snapshot(Box<SnapshotPhase>),
+    Streaming,
+    Ended,
+}
+
+/// An item produced but not yet put into a batch.
+#[derive(Debug)]
+enum Pending {
+    Event(ChangeEvent),
+    /// A transaction ended here (whether or not it carried events).
+    End(Lsn),
+}
+
+/// Streams a PostgreSQL publication's tables: snapshot first (per the snapshot mode), then
+/// every change, in bounded batches; confirms to the slot only what the pipeline says is
+/// acknowledged. See the crate documentation for guarantees.
+#[derive(Debug)]
+pub struct PgSource {
+    options: PgSourceOptions,
+    phase: Phase,
+    identity: Option<SourceIdentity>,
+    tables: Arc<Vec<CatalogTable>>,
+    assembler: Option<ChangeAssembler>,
+    stream: Option<ReplicationStream>,
+    pgoutput: Option<PgOutputOptions>,
+    server_version: u32,
+    slot: String,
+    pending: VecDeque<Pending>,
+    /// The batch being built; kept here so a cancelled `next_batch` loses nothing.
+    building: ChangeBatch,
+    building_since: Option<Instant>,
+    /// Highest position put into a batch (dedup after reconnect).
+    queued_upto: Option<Position>,
+    /// What the batches handed out cover (for tokens).
+    covered_position: Option<Position>,
+    covered_end: Option<Lsn>,
+    /// Highest keepalive WAL end seen outside a transaction: idle progress.
+    idle_wal_end: Lsn,
+    last_progress_batch: Option<Instant>,
+    confirmed: Lsn,
+    /// Where the pipeline reports what may be confirmed.
+    confirm: ConfirmHandle,
+    scratch: Vec<ChangeEvent>,
+    /// Replication messages received and not yet processed (processing pauses while a
+    /// committed streamed transaction is released).
+    inbox: VecDeque<ServerMessage>,
+    snapshot_progress: Option<cdc_core::SnapshotProgress>,
+    /// The replication session that created the slot, kept idle while the snapshot it
+    /// exported is being copied.
+    parked: Option<ReplicationConnection>,
+    /// The walsender that `start` asked to create the slot (to end it and drop the slot
+    /// if `start` is abandoned).
+    creating_slot: Option<i32>,
+    /// Whether the server is a standby (slot creation waits for the primary there).
+    in_recovery: bool,
+}
+
+impl PgSource {
+    /// A source with `options`; nothing connects before [`Source::start`].
+    pub fn new(options: PgSourceOptions) -> Self {
+        PgSource {
+            slot: options.config.slot_name(),
+            options,
+            phase: Phase::NotStarted,
+            identity: None,
+            tables: Arc::new(Vec::new()),
+            assembler: None,
+            stream: None,
+            pgoutput: None,
+            server_version: 0,
+            pending: VecDeque::new(),
+            building: ChangeBatch::new(),
+            building_since: None,
+            queued_upto: None,
+            covered_position: None,
+            covered_end: None,
+            idle_wal_end: Lsn::ZERO,
+            last_progress_batch: None,
+            confirmed: Lsn::ZERO,
+            confirm: ConfirmHandle::default(),
+            scratch: Vec::new(),
+            inbox: VecDeque::new(),
+            snapshot_progress: None,
+            parked: None,
+            creating_slot: None,
+            in_recovery: false,
+        }
+    }
+
+    /// The slot this source streams from.
+    pub fn slot_name(&self) -> &str {
+        &self.slot
+    }
+
+    /// The stream's identity, once started.
+    pub fn identity(&self) -> Option<&SourceIdentity> {
+        self.identity.as_ref()
+    }
+
+    /// The configured tables as the catalog described them at start.
+    pub fn tables(&self) -> &[CatalogTable] {
+        &self.tables
+    }
+
+    /// The highest WAL position received from the server.
+    pub fn received_lsn(&self) -> Lsn {
+        self.stream.as_ref().map_or(Lsn::ZERO, |s| s.received())
+    }
+
+    fn assembler_config(&self, version: ProtocolVersion) -> AssemblerConfig {
+        AssemblerConfig {
+            decoder: DecoderOptions::new(version).with_parallel_streaming(matches!(
+                self.options.streaming,
+                crate::conn::Streaming::Parallel
+            )),
+            routing: start::routing(&self.tables),
+            schema_policy: self.options.schema_policy,
+            messages: self.options.messages.clone(),
+            stream_memory_limit: self.options.stream_memory_limit,
+            spill: TempFileSpill::shared(),
+        }
+    }
+
+    /// Moves pending items into the batch being built; true when the batch is full.
+    fn fill(&mut self) -> bool {
+        let limits = self.options.config.batch;
+        while let Some(item) = self.pending.pop_front() {
+            match item {
+                Pending::End(lsn) => {
+                    self.building.commit_end = self.building.commit_end.max(Some(lsn));
+                }
+                Pending::Event(event) => {
+                    if self.queued_upto.is_some_and(|q| event.position <= q) {
+                        // Replayed after a reconnect: already in a batch.
+                        continue;
+                    }
+                    self.queued_upto = Some(event.position);
+                    if self.building.is_empty() {
+                        self.building_since = Some(Instant::now());
+                    }
+                    self.building.push(event);
+                }
+            }
+            if self.building.len() >= limits.max_events
+                || self.building.byte_size >= limits.max_bytes
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Hands out the batch being built, recording what it covers.
+    fn take_batch(&mut self) -> ChangeBatch {
+        let batch = std::mem::take(&mut self.building);
+        self.building_since = None;
+        self.covered_position = self.covered_position.max(batch.last_position());
+        self.covered_end = self.covered_end.max(batch.commit_end);
+        if let Phase::Snapshot(snapshot) = &self.phase {
+            self.snapshot_progress = Some(snapshot.progress());
+        }
+        batch
+    }
+
+    fn latency_expired(&self) -> bool {
+        self.building_since
+            .is_some_and(|t| t.elapsed() >= self.options.config.batch.max_latency)
+    }
+
+    fn reached_end(&self) -> bool {
+        self.options.end_lsn.is_some_and(|end| {
+            self.building
+                .commit_end
+                .or(self.covered_end)
+                .is_some_and(|c| c >= end)
+                || self.idle_wal_end >= end
+                // Already confirmed at or past the end when the stream started.
+                || (self.confirmed >= end && self.pending.is_empty() && self.inbox.is_empty())
+        })
+    }
+
+    /// Passes the pipeline's latest confirmation to the replication stream.
+    fn apply_confirmation(&mut self) {
+        let lsn = self.confirm.confirmed();
+        if lsn > self.confirmed {
+            self.confirmed = lsn;
+            if let Some(stream) = &self.stream {
+                stream.set_flushed(lsn);
+                stream.send_status_now();
+            }
+        }
+    }
+
+    /// Processes one replication message into pending items.
+    fn process_message(&mut self, message: ServerMessage) -> Result<()> {
+        let Some(assembler) = self.assembler.as_mut() else {
+            return Err(Error::protocol("internal: streaming without an assembler"));
+        };
+        match message {
+            ServerMessage::XLogData(data) => {
+                let end = assembler.process(data.data, &mut self.scratch)?;
+                self.pending
+                    .extend(self.scratch.drain(..).map(Pending::Event));
+                if let Some(end) = end {
+                    self.pending.push_back(Pending::End(end));
+                }
+            }
+            ServerMessage::PrimaryKeepalive(keepalive) => {
+                // The WAL end a keepalive reports has been decoded and sent: with no
+                // transaction open, nothing before it is still coming.
+                if !assembler.in_transaction() && !assembler.replaying() {
+                    self.idle_wal_end = self.idle_wal_end.max(keepalive.wal_end);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases the next bounded part of a committed streamed transaction, if one is
+    /// being released; false otherwise.
+    fn continue_replay(&mut self) -> Result<bool> {
+        let Some(assembler) = self.assembler.as_mut() else {
+            return Ok(false);
+        };
+        if !assembler.replaying() {
+            return Ok(false);
+        }
+        let end =
+            assembler.continue_replay(&mut self.scratch, self.options.config.batch.max_events)?;
+        self.pending
+            .extend(self.scratch.drain(..).map(Pending::Event));
+        if let Some(end) = end {
+            self.pending.push_back(Pending::End(end));
+        }
+        Ok(true)
+    }
+
+    async fn reconnect(&mut self, cause: Error) -> Result<()> {
+        let policy = self.options.reconnect;
+        let mut last = cause;
+        let mut attempt = 0;
+        loop {
+            if policy.max_attempts.is_some_and(|max| attempt >= max) {
+                return Err(Error::new(
+                    last.kind(),
+                    format!("giving up after {attempt} reconnect attempts"),
+                )
+                .with_source(last));
+            }
+            tracing::warn!(attempt, error = %last, "replication connection lost; reconnecting");
+            tokio::time::sleep(policy.delay(attempt)).await;
+            attempt += 1;
+            match self.resume_stream().await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_transient() => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Takes the snapshot again after a transient failure, with backoff.
+    async fn retry_snapshot(&mut self, cause: Error) -> Result<()> {
+        let policy = self.options.reconnect;
+        let mut last = cause;
+        let mut attempt = 0;
+        loop {
+            if policy.max_attempts.is_some_and(|max| attempt >= max) {
+                return Err(Error::new(
+                    last.kind(),
+                    format!("giving up on the snapshot after {attempt} attempts"),
+                )
+                .with_source(last));
+            }
+            tracing::warn!(attempt, error = %last, "snapshot interrupted; taking it again");
+            tokio::time::sleep(policy.delay(attempt)).await;
+            attempt += 1;
+            match start::restart_snapshot(self).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_transient() => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Opens a new replication session from the confirmed position.
+    async fn resume_stream(&mut self) -> Result<()> {
+        self.stream = None;
+        let mut conn = ReplicationConnection::connect(&self.options.config.connection).await?;
+        let system = conn.identify_system().await?;
+        if let Some(identity) = &self.identity {
+            crate::conn::check_resume(identity, &system.identity(&identity.database, &self.slot))?;
+        }
+        let Some(pgoutput) = self.pgoutput.clone() else {
+            return Err(Error::protocol("internal: reconnect before start"));
+        };
+        let version = ProtocolVersion::from_number(pgoutput.protocol_version(self.server_version)?)
+            .unwrap_or(ProtocolVersion::V1);
+        match self.assembler.as_mut() {
+            // Keeps the schemas delivered so far, so a change across sessions is detected.
+            Some(assembler) => assembler.reset_session(),
+            None => self.assembler = Some(ChangeAssembler::new(self.assembler_config(version))),
+        }
+        self.pending.clear();
+        self.inbox.clear();
+        let stream = conn
+            .start_replication(&self.slot, self.confirmed, &pgoutput, self.options.stream)
+            .await?;
+        stream.set_flushed(self.confirmed);
+        self.stream = Some(stream);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Source for PgSource {
+    async fn start(&mut self, resume: Option<&ResumeToken>) -> Result<Lsn> {
+        // A previous consumer's walsender may still hold the slot for a moment, the server
+        // may be restarting: transient failures are retried like a lost connection.
+        let policy = self.options.reconnect;
+        let mut attempt = 0;
+        loop {
+            match start::start(self, resume).await {
+                Ok(lsn) => return Ok(lsn),
+                Err(e) if e.is_transient() && policy.max_attempts.is_none_or(|m| attempt < m) => {
+                    tracing::warn!(attempt, error = %e, "cannot start yet; retrying");
+                    tokio::time::sleep(policy.delay(attempt)).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn next_batch(&mut self) -> Result<Option<ChangeBatch>> {
+        loop {
+            self.apply_confirmation();
+            if self.fill() {
+                return Ok(Some(self.take_batch()));
+            }
+            if self.reached_end() && matches!(self.phase, Phase::Streaming) {
+                self.phase = Phase::Ended;
+            }
+            match &mut self.phase {
+                Phase::NotStarted => {
+                    return Err(Error::config("next_batch called before start"));
+                }
+                Phase::Ended => {
+                    if !self.building.is_empty() || self.building.commit_end > self.covered_end {
+                        return Ok(Some(self.take_batch()));
+                    }
+                    return Ok(None);
+                }
+                Phase::Snapshot(snapshot) if !snapshot.is_finished() => {
+                    let mut out = VecDeque::new();
+                    let pulled = snapshot.pull(&mut out).await;
+                    self.pending.extend(out.into_iter().map(Pending::Event));
+                    if let Err(e) = pulled {
+                        if !e.is_transient() {
+                            return Err(e);
+                        }
+                        self.retry_snapshot(e).await?;
+                    }
+                    continue;
+                }
+                Phase::Snapshot(snapshot) => {
+                    // Streaming starts at the consistent point, confirmable once the
+                    // snapshot is acknowledged.
+                    let consistent_point = snapshot.consistent_point();
+                    start::after_snapshot(self).await?;
+                    self.pending.push_back(Pending::End(consistent_point));
+                    self.fill();
+                    self.snapshot_progress = None;
+                    return Ok(Some(self.take_batch()));
+                }
+                Phase::Streaming => {}
+            }
+            if self.latency_expired() {
+                return Ok(Some(self.take_batch()));
+            }
+            if self.continue_replay()? {
+                continue;
+            }
+            if let Some(message) = self.inbox.pop_front() {
+                self.process_message(message)?;
+                continue;
+            }
+            // Idle progress: nothing pending or being built, and the server's WAL end
+            // moved past what the batches cover.
+            let progressed = self.idle_wal_end > self.covered_end.unwrap_or(Lsn::ZERO)
+                && self.idle_wal_end > self.building.commit_end.unwrap_or(Lsn::ZERO);
+            let due = self
+                .last_progress_batch
+                .is_none_or(|t| t.elapsed() >= self.options.progress_interval);
+            if self.building.is_empty() && progressed && due {
+                self.building.commit_end = Some(self.idle_wal_end);
+                self.last_progress_batch = Some(Instant::now());
+                return Ok(Some(self.take_batch()));
+            }
+            let wait = match self.building_since {
+                Some(since) => self
+                    .options
+                    .config
+                    .batch
+                    .max_latency
+                    .saturating_sub(since.elapsed()),
+                None => self.options.progress_interval,
+            };
+            let Some(stream) = self.stream.as_mut() else {
+                self.reconnect(Error::transient("no replication stream"))
+                    .await?;
+                continue;
+            };
+            let confirm = self.confirm.clone();
+            let received = tokio::select! {
+                received = stream.next_chunk() => received,
+                // A confirmation goes to the server at once, even while waiting.
+                _ = confirm.changed() => continue,
+                _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => continue,
+            };
+            match received {
+                Ok(Some(messages)) => self.inbox.extend(messages),
+                Ok(None) => {
+                    self.reconnect(Error::transient("the server ended the replication stream"))
+                        .await?;
+                }
+                Err(e) if e.kind() == ErrorKind::Transient => self.reconnect(e).await?,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn resume_token(&self, batch: &ChangeBatch) -> ResumeToken {
+        let identity = self.identity.clone().unwrap_or(SourceIdentity {
+            system_identifier: String::new(),
+            timeline: 0,
+            database: String::new(),
+            slot: self.slot.clone(),
+        });
+        let mut token =
+            ResumeToken::new(identity, self.covered_position.max(batch.last_position()));
+        token.commit_end = self.covered_end.max(batch.commit_end);
+        token.snapshot = self.snapshot_progress.clone();
+        token
+    }
+
+    fn confirm_handle(&self) -> ConfirmHandle {
+        self.confirm.clone()
+    }
+
+    async fn abandon_start(&mut self) -> Result<()> {
+        self.phase = Phase::Ended;
+        self.parked = None;
+        self.stream = None;
+        let Some(walsender) = self.creating_slot else {
+            return Ok(());
+        };
+        // The slot was being created (or was created) by this start, so no sink holds a
+        // token for it: drop it rather than leave it retaining WAL. Our walsender may not
+        // have noticed yet that its client is gone (it can sit waiting for WAL), so end it
+        // first: a creation cut short is then undone by the server, and the drop finds
+        // nothing. Bounded, so a stop stays prompt.
+        let drop = async {
+            let sql = crate::conn::connect_sql(&self.options.config.connection).await?;
+            if let Err(e) = sql
+                .execute("SELECT pg_terminate_backend($1)", &[&walsender])
+                .await
+            {
+                tracing::debug!(error = %e, walsender, "could not end the abandoned walsender");
+            }
+            let mut repl = ReplicationConnection::connect(&self.options.config.connection).await?;
+            let dropped = repl.drop_slot(&self.slot, true).await;
+            repl.close().await;
+            match dropped {
+                Ok(()) => {
+                    tracing::warn!(slot = %self.slot, "dropped the slot this run created but never used");
+                    Ok(())
+                }
+                Err(e) if e.kind() == ErrorKind::ResyncRequired => Ok(()), // never created
+                Err(e) => Err(e),
+            }
+        };
+        match tokio::time::timeout(Duration::from_secs(10), drop).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::transient(format!(
+                "stopped while creating replication slot {:?}, and could not drop it within 10 s: \
+                 check pg_replication_slots and drop it if it is there (pgcdc drop-slot)",
+                self.slot
+            ))),
+        }
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        self.phase = Phase::Ended;
+        // The pipeline's final confirmation (after its last checkpoint) arrives after the
+        // last `next_batch`: pass it on, so the stream's farewell status update carries it
+        // and the slot ends where the sink's state does.
+        self.apply_confirmation();
+        if let Some(stream) = self.stream.take() {
+            stream.close().await?;
+        }
+        Ok(())
+    }
+}

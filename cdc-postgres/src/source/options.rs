@@ -1,0 +1,103 @@
+//! Options of a [`super::PgSource`].
+
+use std::time::Duration;
+
+use cdc_core::Lsn;
+
+use crate::conn::{SourceConfig, StreamOptions, Streaming};
+use cdc_pgoutput::changes::{MessageFilter, SchemaChangePolicy};
+
+/// How a [`super::PgSource`] reads: the source configuration plus decoding, snapshot and
+/// reconnect settings, each with a default a serious deployment can keep.
+#[derive(Clone, Debug)]
+pub struct PgSourceOptions {
+    /// Server, publication, tables, slot, snapshot mode and batch limits.
+    pub config: SourceConfig,
+    /// What a mid-stream schema change does (default: fail before any row under the new
+    /// schema).
+    pub schema_policy: SchemaChangePolicy,
+    /// Logical decoding messages to deliver (default: none).
+    pub messages: MessageFilter,
+    /// Streaming of large in-progress transactions (protocol v2, opt-in). Off: a large
+    /// transaction's events still flow out in bounded batches as they arrive.
+    pub streaming: Streaming,
+    /// Ask for binary tuple values (PostgreSQL 14+; default on). Used only when every
+    /// configured column's type decodes from binary; otherwise the session uses text, so
+    /// types without a dedicated `Value` variant keep their exact Postgres text.
+    pub binary: bool,
+    /// Memory for buffered in-progress streamed transactions before they spill to disk
+    /// (default 32 MiB). Counts the bytes held, to within one partly filled 64 KiB block
+    /// per transaction and under 2% of the rest.
+    /// A committed transaction that spilled is released entirely from its file, so the
+    /// release holds no buffered messages next to the batches in flight to the sink.
+    pub stream_memory_limit: usize,
+    /// Connections copying the snapshot in parallel.
+    pub snapshot_workers: usize,
+    /// Tables larger than this many 8 kB pages are copied in ctid ranges of this size by
+    /// several workers.
+    pub snapshot_chunk_pages: i64,
+    /// Copy the snapshot and stop (`initial_only`): no streaming; the slot is temporary.
+    pub snapshot_only: bool,
+    /// Stop cleanly once the stream reaches this LSN (like `pg_recvlogical -E`).
+    pub end_lsn: Option<Lsn>,
+    /// Reconnection after transient failures.
+    pub reconnect: ReconnectPolicy,
+    /// Replication stream tuning (status update interval, read sizes).
+    pub stream: StreamOptions,
+    /// Send an empty progress batch (so an idle slot advances) at most this often.
+    pub progress_interval: Duration,
+}
+
+impl PgSourceOptions {
+    /// Defaults for `config`.
+    pub fn new(config: SourceConfig) -> Self {
+        PgSourceOptions {
+            config,
+            schema_policy: SchemaChangePolicy::Fail,
+            messages: MessageFilter::Off,
+            streaming: Streaming::Off,
+            binary: true,
+            stream_memory_limit: 32 << 20,
+            snapshot_workers: 2,
+            snapshot_chunk_pages: 16_384,
+            snapshot_only: false,
+            end_lsn: None,
+            reconnect: ReconnectPolicy::default(),
+            stream: StreamOptions::default(),
+            progress_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Exponential backoff with jitter for transient failures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReconnectPolicy {
+    /// Attempts after a failure before giving up (`None`: forever).
+    pub max_attempts: Option<u32>,
+    /// First delay.
+    pub initial_backoff: Duration,
+    /// Longest delay.
+    pub max_backoff: Duration,
+}
+
+impl Default for ReconnectPolicy {
+    fn default() -> Self {
+        ReconnectPolicy {
+            max_attempts: Some(10),
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ReconnectPolicy {
+    /// The delay before attempt `attempt` (0-based): exponential, capped, with ±25% jitter.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let base = self
+            .initial_backoff
+            .saturating_mul(1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX))
+            .min(self.max_backoff);
+        let jitter = rand::random_range(0.75..1.25);
+        base.mul_f64(jitter)
+    }
+}

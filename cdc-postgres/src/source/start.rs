@@ -1,0 +1,371 @@
+//! What happens at start: preflight, identity and resume checks, and the choice between
+//! resuming the stream, redoing an interrupted snapshot, and creating the slot.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use cdc_core::{Error, Lsn, Result, ResumeToken, TableName};
+
+use super::snapshot_phase::SnapshotPhase;
+use super::{Pending, PgSource, Phase};
+use crate::catalog::{self, CatalogTable};
+use crate::conn::{
+    CreateSlotOptions, CreatedSlot, PgOutputOptions, PreflightOptions, ReplicationConnection,
+    SnapshotAction, SnapshotMode, check_resume, connect_sql, preflight,
+};
+use crate::snapshot::copy;
+use cdc_pgoutput::changes::{ChangeAssembler, TableRouting};
+use cdc_pgoutput::protocol::pgoutput::ProtocolVersion;
+use cdc_pgoutput::types::TypeRegistry;
+
+/// Routes the configured tables (and their partitions) to themselves.
+pub(super) fn routing(tables: &[CatalogTable]) -> TableRouting {
+    let mut routing = TableRouting::tables(tables.iter().map(|t| t.schema.name.clone()));
+    for table in tables {
+        for partition in &table.partitions {
+            routing = routing.with_partition(partition.clone(), table.schema.name.clone());
+        }
+        routing = routing.with_catalog(table.schema.name.clone(), catalog::catalog_info(table));
+    }
+    routing
+}
+
+pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Lsn> {
+    let config = source.options.config.clone();
+    config.validate()?;
+    let mid_snapshot = resume.is_some_and(|t| t.snapshot.is_some());
+    // An initial-only run whose sink already holds the completed snapshot: its temporary
+    // slot went with that session, and there is nothing left to copy.
+    let snapshot_only_done = source.options.snapshot_only && resume.is_some() && !mid_snapshot;
+    let sql = connect_sql(&config.connection).await?;
+    let report = preflight(
+        &sql,
+        &config,
+        &PreflightOptions {
+            slot_must_exist: resume.is_some() && !mid_snapshot && !snapshot_only_done,
+            own_pid: None,
+        },
+    )
+    .await?
+    .into_result()?;
+    source.server_version = report.server_version_num;
+    source.in_recovery = report.in_recovery;
+    let table_names: Vec<TableName> = if config.tables.is_empty() {
+        report.table_names()
+    } else {
+        config.qualified_tables()?
+    };
+    let mut types = TypeRegistry::new();
+    let tables = catalog::load_tables(&sql, &table_names, &mut types).await?;
+    source.tables = Arc::new(tables);
+
+    let mut repl = ReplicationConnection::connect(&config.connection).await?;
+    let system = repl.identify_system().await?;
+    let database = system
+        .dbname
+        .clone()
+        .unwrap_or_else(|| config.connection.dbname.clone());
+    let identity = system.identity(&database, &source.slot);
+    if let Some(token) = resume {
+        check_resume(&token.source, &identity)?;
+    }
+    source.identity = Some(identity);
+    if let Some(token) = resume.filter(|_| snapshot_only_done) {
+        // Copying again would deliver every row a second time to a sink that has them.
+        // A warning, as a user who expected a new snapshot must learn why none was taken.
+        tracing::warn!(
+            "the output already holds the complete initial-only snapshot of an earlier run: \
+             nothing to do (for a new snapshot, run into an empty output)"
+        );
+        source.covered_position = token.position;
+        source.covered_end = token.commit_end;
+        source.queued_upto = token.position;
+        repl.close().await;
+        source.phase = Phase::Ended;
+        return Ok(token.commit_end.unwrap_or(Lsn::ZERO));
+    }
+
+    let streaming = source.options.streaming;
+    let pgoutput = PgOutputOptions {
+        publication_names: vec![config.publication.clone()],
+        // Binary only when every column decodes from it: types kept as `Value::Other`
+        // must arrive as their exact text.
+        binary: source.options.binary
+            && source.server_version >= 140000
+            && source.tables.iter().all(CatalogTable::binary_safe),
+        messages: source.options.messages != cdc_pgoutput::changes::MessageFilter::Off,
+        streaming,
+        two_phase: false,
+    };
+    let version_number = pgoutput.protocol_version(source.server_version)?;
+    let version = ProtocolVersion::from_number(version_number).unwrap_or(ProtocolVersion::V1);
+    source.pgoutput = Some(pgoutput);
+    let mut assembler = ChangeAssembler::new(source.assembler_config(version));
+    let registry = assembler.relations_mut().types_mut();
+    *registry = types;
+    source.assembler = Some(assembler);
+
+    let slot_info = report.slot.clone();
+    let wants_snapshot = source.options.snapshot_only || config.snapshot == SnapshotMode::Initial;
+    match (resume, slot_info) {
+        (Some(token), Some(slot)) if token.snapshot.is_none() => {
+            // Resume. A slot confirmed beyond what the token covers has moved past changes
+            // the sink does not have (completion mode's window, or another consumer).
+            let covered = token.commit_end.unwrap_or(Lsn::ZERO);
+            let confirmed = slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
+            if confirmed > covered {
+                return Err(Error::resync_required(format!(
+                    "replication slot {:?} is confirmed up to {confirmed}, but the sink's resume token only covers changes up to {covered}: \
+                     the changes in between were acknowledged without reaching the sink's durable state (commit mode `completion` after a crash, \
+                     or another consumer of the slot). Start over with a new snapshot",
+                    source.slot
+                )));
+            }
+            source.covered_position = token.position;
+            source.covered_end = token.commit_end;
+            source.queued_upto = token.position;
+            source.confirmed = confirmed;
+            start_streaming(source, repl, confirmed.max(covered)).await?;
+            Ok(confirmed)
+        }
+        (Some(_), None) => Err(Error::resync_required(format!(
+            "replication slot {:?} does not exist, but the sink's resume token expects it: \
+             the changes since the token cannot be recovered; start over with a new snapshot",
+            source.slot
+        ))),
+        (resume, slot) => {
+            // Fresh start, or an interrupted snapshot to redo. The sink has nothing durable
+            // from this slot beyond an incomplete snapshot, so an existing slot is replaced.
+            if slot.is_some() && (wants_snapshot || resume.is_some()) {
+                tracing::warn!(slot = %source.slot, "dropping the existing slot to take a new snapshot");
+                repl.drop_slot(&source.slot, true).await?;
+            } else if let Some(slot) = slot {
+                // snapshot = never and no token: stream from where the slot is.
+                let confirmed = slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
+                source.confirmed = confirmed;
+                start_streaming(source, repl, confirmed).await?;
+                return Ok(confirmed);
+            }
+            if let Some(token) = resume {
+                // Positions of the new snapshot must order after everything the token saw.
+                source.covered_position = token.position;
+                source.queued_upto = token.position;
+            }
+            if !wants_snapshot {
+                let created = create_slot(
+                    source,
+                    &mut repl,
+                    CreateSlotOptions {
+                        temporary: false,
+                        snapshot: SnapshotAction::NoExport,
+                        two_phase: false,
+                    },
+                )
+                .await?;
+                source.confirmed = created.consistent_point;
+                start_streaming(source, repl, created.consistent_point).await?;
+                return Ok(created.consistent_point);
+            }
+            begin_snapshot(source, repl, resume.is_some()).await
+        }
+    }
+}
+
+/// Creates the slot with an exported snapshot and starts copying under it. `restarted`
+/// puts a snapshot-restart marker first, so the sink drops a previous, incomplete copy.
+pub(super) async fn begin_snapshot(
+    source: &mut PgSource,
+    mut repl: ReplicationConnection,
+    restarted: bool,
+) -> Result<Lsn> {
+    let temporary = source.options.snapshot_only;
+    let created = create_slot(
+        source,
+        &mut repl,
+        CreateSlotOptions {
+            temporary,
+            snapshot: SnapshotAction::Export,
+            two_phase: false,
+        },
+    )
+    .await?;
+    let consistent_point = created.consistent_point;
+    source.confirmed = consistent_point;
+    let Some(snapshot_name) = created.snapshot_name else {
+        return Err(Error::protocol(
+            "CREATE_REPLICATION_SLOT did not export a snapshot",
+        ));
+    };
+    let items = copy::plan(
+        &source.tables,
+        source.options.snapshot_chunk_pages,
+        source.options.snapshot_workers > 1 && source.server_version >= 140000,
+    );
+    let per_table = copy::items_per_table(&items, source.tables.len());
+    let workers = copy::spawn_workers(
+        source.options.config.connection.clone(),
+        snapshot_name,
+        source.tables.clone(),
+        items,
+        source.options.snapshot_workers,
+        2 * source.options.snapshot_workers.max(1),
+    );
+    let mut out = VecDeque::new();
+    let phase = SnapshotPhase::new(
+        workers,
+        source.tables.clone(),
+        per_table,
+        consistent_point,
+        restarted,
+        source.queued_upto,
+        &mut out,
+    )?;
+    source.pending.extend(out.into_iter().map(Pending::Event));
+    // The exported snapshot lives as long as this session stays idle: keep it open,
+    // unused, until the copy is done.
+    source.parked = Some(repl);
+    source.phase = Phase::Snapshot(Box::new(phase));
+    if let Some(assembler) = source.assembler.as_mut() {
+        for table in source.tables.iter() {
+            assembler
+                .relations_mut()
+                .seed_delivered(table.schema.clone());
+        }
+    }
+    Ok(consistent_point)
+}
+
+/// Abandons a snapshot that failed transiently (connection lost) and takes a new one on
+/// a new slot, with a restart marker so the sink drops the partial copy.
+pub(super) async fn restart_snapshot(source: &mut PgSource) -> Result<()> {
+    source.phase = Phase::NotStarted;
+    if let Some(parked) = source.parked.take() {
+        drop(parked);
+    }
+    let mut repl = ReplicationConnection::connect(&source.options.config.connection).await?;
+    let system = repl.identify_system().await?;
+    if let Some(identity) = &source.identity {
+        check_resume(identity, &system.identity(&identity.database, &source.slot))?;
+    }
+    match repl.drop_slot(&source.slot, true).await {
+        Ok(()) => {}
+        Err(e) if e.kind() == cdc_core::ErrorKind::ResyncRequired => {} // already gone
+        Err(e) => return Err(e),
+    }
+    begin_snapshot(source, repl, true).await.map(|_| ())
+}
+
+/// Creates the slot, saying what it waits for when that takes long: a logical slot starts
+/// where no transaction is in progress, so the server waits for the transactions running
+/// now to end — and on a standby for the primary's next running-transactions record,
+/// which an idle primary writes only every few minutes.
+async fn create_slot(
+    source: &mut PgSource,
+    repl: &mut ReplicationConnection,
+    options: CreateSlotOptions,
+) -> Result<CreatedSlot> {
+    source.creating_slot = Some(repl.backend_pid());
+    let create = repl.create_slot(&source.slot, options);
+    tokio::pin!(create);
+    let notice = tokio::time::sleep(SLOT_CREATION_NOTICE_AFTER);
+    tokio::pin!(notice);
+    let mut announced = false;
+    loop {
+        tokio::select! {
+            created = &mut create => return created,
+            _ = &mut notice, if !announced => {
+                announced = true;
+                if source.in_recovery {
+                    tracing::warn!(
+                        slot = %source.slot,
+                        "creating the slot on a standby waits for the primary's next running-transactions \
+                         WAL record (an idle primary writes one only every few minutes); to create it now, \
+                         run on the primary: SELECT pg_log_standby_snapshot();"
+                    );
+                } else {
+                    tracing::warn!(
+                        slot = %source.slot,
+                        "creating the slot waits for the transactions running on the server to end \
+                         (see pg_stat_activity for long-running ones)"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// How long slot creation may take before pgcdc says what it waits for.
+const SLOT_CREATION_NOTICE_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// After the snapshot: stream from the consistent point, or end (`snapshot_only`).
+///
+/// The session that exported the snapshot may have died during the copy (terminated,
+/// network loss, a proxy's idle timeout). The copy stands all the same: every worker
+/// imported the snapshot before copying, and the slot was made persistent before the
+/// snapshot was exported, so it still starts exactly at the consistent point. Streaming
+/// then starts on a new session: the stream is left unset, and the next `next_batch`
+/// reconnects from the confirmed position (the consistent point) like after any
+/// connection loss, with the same backoff and checks.
+pub(super) async fn after_snapshot(source: &mut PgSource) -> Result<()> {
+    let parked = source.parked.take();
+    if source.options.snapshot_only {
+        if let Some(repl) = parked {
+            repl.close().await;
+        }
+        source.phase = Phase::Ended;
+        return Ok(());
+    }
+    if let Some(repl) = parked {
+        let start = source.confirmed;
+        match start_streaming(source, repl, start).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_transient() => tracing::warn!(
+                error = %e,
+                "the session that exported the snapshot was lost after the copy; \
+                 the copy stands, streaming starts on a new session"
+            ),
+            Err(e) => return Err(e),
+        }
+    }
+    source.stream = None;
+    source.phase = Phase::Streaming;
+    Ok(())
+}
+
+async fn start_streaming(
+    source: &mut PgSource,
+    repl: ReplicationConnection,
+    start: Lsn,
+) -> Result<()> {
+    let Some(pgoutput) = source.pgoutput.clone() else {
+        return Err(Error::protocol("internal: streaming before start"));
+    };
+    let walsender = repl.backend_pid();
+    let stream = repl
+        .start_replication(&source.slot, start, &pgoutput, source.options.stream)
+        .await?;
+    stream.set_flushed(source.confirmed);
+    source.stream = Some(stream);
+    source.phase = Phase::Streaming;
+    verify_slot_after_start(source, walsender).await
+}
+
+/// Checks the slot again once streaming started: it must be ours (held by our walsender),
+/// valid, pgoutput, and in our database — a slot changed between the checks at start and
+/// `START_REPLICATION` is caught here, before any event is delivered.
+async fn verify_slot_after_start(source: &PgSource, walsender: i32) -> Result<()> {
+    let sql = connect_sql(&source.options.config.connection).await?;
+    let info = crate::conn::inspect_slot(&sql, &source.slot).await?;
+    let database = source
+        .identity
+        .as_ref()
+        .map_or(source.options.config.connection.dbname.as_str(), |i| {
+            i.database.as_str()
+        });
+    let problems =
+        crate::conn::slot_problems(&source.slot, info.as_ref(), database, true, Some(walsender));
+    match problems.first() {
+        Some(problem) => Err(problem.to_error()),
+        None => Ok(()),
+    }
+}
