@@ -181,6 +181,10 @@ impl JsonRenderer {
     }
 
     /// `value` as the Feldera encoder writes it.
+    ///
+    /// A buffer per value and a second parse cost about 1.7 times the old hand-written
+    /// renderer's time (some 1.4 µs against 0.8 µs an event in release): nothing next to
+    /// the sink's blocking write, and it buys one encoder for both JSON outputs.
     fn encode(&mut self, value: &Value, ctx: &ColumnCtx<'_>) -> Result<Box<RawValue>> {
         let mut json = Vec::new();
         write_value(&mut json, value, &self.policies, &mut self.log, ctx)?;
@@ -346,146 +350,160 @@ impl<T: fmt::Display> Serialize for Shown<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures;
-    use super::super::legacy_json::Legacy;
-    use super::*;
-    use crate::testing::{self, arb_value, insert, old_full, pos, update};
-    use cdc_core::{ReplicaIdentity, Text};
+    use cdc_core::{ErrorKind, ReplicaIdentity, Text};
     use proptest::prelude::*;
 
-    fn both(
-        old: &mut Legacy,
-        new: &mut JsonRenderer,
-        event: &ChangeEvent,
-    ) -> (Result<String>, Result<String>) {
-        let (mut a, mut b) = (b"kept".to_vec(), b"kept".to_vec());
-        let ra = old
-            .render_json(event, &mut a)
-            .map(|()| String::from_utf8(a).unwrap());
-        let rb = new
-            .render(event, &mut b)
-            .map(|()| String::from_utf8(b).unwrap());
-        (ra, rb)
+    use super::super::fixtures;
+    use super::*;
+    use crate::testing::{self, arb_value, insert, pos};
+
+    /// The lines for [`fixtures::events`], without their `\n`. Written byte for byte by the
+    /// hand-written renderer this one replaced (checked against it before it was deleted).
+    const EXPECTED: [&str; 34] = [
+        r#"{"op":"begin","position":"0/16B3748#0","xid":4294967295,"final_lsn":"0/16B3748","commit_time":"2000-01-01T00:00:00.000000Z"}"#,
+        r#"{"op":"begin","position":"0/16B3748#0","xid":0,"final_lsn":"FFFFFFFF/FFFFFFFF","commit_time":"294277-01-09 04:00:54.775807+00"}"#,
+        "{\"op\":\"insert\",\"position\":\"0/16B3748#1\",\"table\":\"public.scalars\",\"new\":{\"id\":9223372036854775807,\"b\":true,\"i2\":-32768,\"i4\":-1,\"o\":4294967295,\"f4\":1.5,\"f8\":0.1,\"n\":\"-12.3400\",\"t\":\"it's \\\"q\\\" \\\\ /\\n\\t\\r\\b\\f\\u0000\\u0001\\u001f\u{7f} é ☃ 😀 \u{2028}\u{2029}\",\"by\":[0,1,9,10,99,100,127,128,255],\"d\":\"2000-01-01\",\"tm\":\"12:34:56.789012\",\"ttz\":\"01:00:00+05:30\",\"ts\":\"1999-12-31 23:59:59.999999\",\"tstz\":\"2039-02-13T23:31:30.123456Z\",\"iv\":\"1 year 2 mons -3 days +01:02:03.000004\",\"u\":\"01234567-89ab-cdef-fedc-ba9876543210\",\"inet\":\"10.0.0.1/8\"}}",
+        r#"{"op":"insert","position":"0/16B3748#2","table":"public.scalars","new":{"id":-9223372036854775808,"b":false,"i2":32767,"i4":-2147483648,"o":0,"f4":"NaN","f8":"NaN","n":"NaN","t":"","by":[],"d":"infinity","tm":"24:00:00","ttz":"00:00:00-09:30","ts":"-infinity","tstz":"infinity","iv":"00:00:00","u":"00000000-0000-0000-0000-000000000000","inet":"'quoted' \"text\""}}"#,
+        r#"{"op":"insert","position":"0/16B3748#3","table":"public.scalars","new":{"id":0,"b":null,"i2":0,"i4":2147483647,"o":1,"f4":"Infinity","f8":"-Infinity","n":"Infinity","t":"ascii only","by":null,"d":"0739-02-03 BC","tm":"00:00:00.000000","ttz":null,"ts":"294277-01-09 04:00:54.775807","tstz":"-infinity","iv":"-1 mons -00:00:00.000001","u":null,"inet":null}}"#,
+        r#"{"op":"insert","position":"0/16B3748#4","table":"public.scalars","new":{"id":-1,"b":null,"i2":null,"i4":null,"o":null,"f4":"-Infinity","f8":"Infinity","n":"-Infinity","t":null,"by":null,"d":"-infinity","tm":null,"ttz":null,"ts":"infinity","tstz":"290279-12-22 19:59:05.224192+00 BC","iv":null,"u":null,"inet":null}}"#,
+        r#"{"op":"insert","position":"0/16B3748#5","table":"public.scalars","new":{"id":1,"b":null,"i2":null,"i4":null,"o":null,"f4":-0.0,"f8":-0.0,"n":"0","t":null,"by":null,"d":"9999-12-31","tm":null,"ttz":null,"ts":"9999-12-31 23:59:59.999999","tstz":"0001-01-01T00:00:00.000000Z","iv":null,"u":null,"inet":null}}"#,
+        r#"{"op":"insert","position":"0/16B3748#6","table":"public.scalars","new":{"id":2,"b":null,"i2":null,"i4":null,"o":null,"f4":1.1754944e-38,"f8":5e-324,"n":"123456789012345678901234567890.000000000000000000001","t":null,"by":null,"d":null,"tm":null,"ttz":null,"ts":null,"tstz":null,"iv":null,"u":null,"inet":null}}"#,
+        r#"{"op":"insert","position":"0/16B3748#7","table":"public.scalars","new":{"id":3,"b":null,"i2":null,"i4":null,"o":null,"f4":3.4028235e38,"f8":1e300,"n":"-0.5","t":null,"by":null,"d":null,"tm":null,"ttz":null,"ts":null,"tstz":null,"iv":null,"u":null,"inet":null}}"#,
+        r#"{"op":"insert","position":"0/16B3748#8","table":"public.composites","new":{"id":1,"ints":[1,null,-3],"grid":[["a","b,c"],["\"q\"\n",null]],"empty":[],"bounded":"[0:1]={1,2}","floats":["NaN","Infinity",-0.0,2.5],"j":{"b":1,"a":[1,2.50,1e400,"x y\n\u00e9"],"b":null},"jb":{"a":{"b":[true,false,null,"\""]}}}}"#,
+        r#"{"op":"insert","position":"0/16B3748#9","table":"public.composites","new":{"id":2,"ints":[0],"grid":"[-2:-2][1:2]={{7,NULL}}","empty":null,"bounded":null,"floats":[null],"j":"just a string","jb":12.50e3}}"#,
+        "{\"op\":\"insert\",\"position\":\"0/16B3748#10\",\"table\":\"\\\"My Schema\\\".\\\"t\\\"\\\"x\\\\y\\\"\",\"new\":{\"Key \\\"1\\\"\":1,\"col\\nwith\\tcontrols\\u0001\":\"it's \\\"q\\\" \\\\ /\\n\\t\\r\\b\\f\\u0000\\u0001\\u001f\u{7f} é ☃ 😀 \u{2028}\u{2029}\",\"ünï☃\":\"ü\"}}",
+        r#"{"op":"update","position":"0/16B3748#11","table":"\"My Schema\".\"t\"\"x\\y\"","old":null,"new":{"Key \"1\"":1,"ünï☃":null},"unchanged":["col\nwith\tcontrols\u0001"]}"#,
+        r#"{"op":"update","position":"0/16B3748#12","table":"\"My Schema\".\"t\"\"x\\y\"","old_kind":"key","old":{"Key \"1\"":1},"new":{"Key \"1\"":2,"col\nwith\tcontrols\u0001":"x"},"unchanged":["ünï☃"]}"#,
+        r#"{"op":"update","position":"0/16B3748#13","table":"public.\"full\"","old_kind":"full","old":{"id":1,"x":0.5},"new":{"id":1,"x":"NaN"},"unchanged":["big"]}"#,
+        r#"{"op":"update","position":"0/16B3748#14","table":"public.\"full\"","old_kind":"full","old":{"id":1,"big":"big","x":null},"new":{},"unchanged":["id","big","x"]}"#,
+        r#"{"op":"delete","position":"0/16B3748#15","table":"\"My Schema\".\"t\"\"x\\y\"","old":null}"#,
+        r#"{"op":"delete","position":"0/16B3748#16","table":"\"My Schema\".\"t\"\"x\\y\"","old_kind":"key","old":{"Key \"1\"":2}}"#,
+        r#"{"op":"delete","position":"0/16B3748#17","table":"public.\"full\"","old_kind":"full","old":{"id":1,"x":-0.0}}"#,
+        r#"{"op":"truncate","position":"0/16B3748#18","tables":["public.scalars"],"cascade":false,"restart_identity":false}"#,
+        r#"{"op":"truncate","position":"0/16B3748#19","tables":["public.scalars","\"My Schema\".\"t\"\"x\\y\""],"cascade":true,"restart_identity":true}"#,
+        r#"{"op":"truncate","position":"0/16B3748#20","tables":[],"cascade":false,"restart_identity":true}"#,
+        r#"{"op":"schema_change","position":"0/16B3748#21","table":"\"My Schema\".\"t\"\"x\\y\"","schema":{"name":"\"My Schema\".\"t\"\"x\\y\"","relation_id":16400,"columns":[{"name":"Key \"1\"","column_type":{"oid":23,"modifier":-1,"name":null},"nullable":false,"part_of_key":true},{"name":"col\nwith\tcontrols\u0001","column_type":{"oid":25,"modifier":-1,"name":"pg_catalog.text"},"nullable":true,"part_of_key":false},{"name":"ünï☃","column_type":{"oid":25,"modifier":-1,"name":null},"nullable":true,"part_of_key":false}],"replica_identity":"default","primary_key":["Key \"1\""]}}"#,
+        r#"{"op":"schema_change","position":"0/16B3748#22","table":"\"My Schema\".renamed","schema":{"name":"\"My Schema\".renamed","relation_id":16400,"columns":[{"name":"Key \"1\"","column_type":{"oid":23,"modifier":-1,"name":null},"nullable":false,"part_of_key":true},{"name":"col\nwith\tcontrols\u0001","column_type":{"oid":25,"modifier":-1,"name":"pg_catalog.varchar"},"nullable":true,"part_of_key":false}],"replica_identity":"default","primary_key":["Key \"1\""]}}"#,
+        "{\"op\":\"message\",\"position\":\"0/16B3748#23\",\"transactional\":true,\"prefix\":\"it's \\\"q\\\" \\\\ /\\n\\t\\r\\b\\f\\u0000\\u0001\\u001f\u{7f} é ☃ 😀 \u{2028}\u{2029}\",\"content\":\"it's \\\"q\\\" \\\\ /\\n\\t\\r\\b\\f\\u0000\\u0001\\u001f\u{7f} é ☃ 😀 \u{2028}\u{2029}\"}",
+        r#"{"op":"message","position":"0/16B3748#24","transactional":false,"prefix":"","content":[0,65,255,195]}"#,
+        r#"{"op":"message","position":"0/16B3748#25","transactional":false,"prefix":"p","content":""}"#,
+        r#"{"op":"commit","position":"0/16B3748#26","commit_lsn":"0/16B3748","end_lsn":"0/16B3780","commit_time":"1999-12-30T23:59:59.999999Z"}"#,
+        r#"{"op":"commit","position":"0/16B3748#27","commit_lsn":"0/0","end_lsn":"0/1","commit_time":"290279-12-22 19:59:05.224192+00 BC"}"#,
+        r#"{"op":"snapshot","position":"1/0#0","marker":"started"}"#,
+        r#"{"op":"snapshot","position":"1/0#1","marker":"restarted"}"#,
+        r#"{"op":"snapshot","position":"1/0#2","marker":"table_started","table":"\"My Schema\".\"t\"\"x\\y\""}"#,
+        r#"{"op":"snapshot","position":"1/0#3","rows":18446744073709551615,"marker":"table_completed","table":"public.scalars"}"#,
+        r#"{"op":"snapshot","position":"1/0#4","consistent_point":"1/28","marker":"completed"}"#,
+    ];
+
+    fn render(renderer: &mut JsonRenderer, event: &ChangeEvent) -> Result<String> {
+        let mut out = Vec::new();
+        renderer.render(event, &mut out)?;
+        Ok(String::from_utf8(out).unwrap())
     }
 
-    /// The serde renderer writes exactly the bytes of the hand-written one it replaced,
-    /// for every event of the fixtures, fails where it failed, and counts the same policy
-    /// applications.
     #[test]
-    fn same_bytes_as_the_hand_written_renderer() {
-        let mut new = JsonRenderer::new();
-        let mut old = Legacy::new();
+    fn every_event_and_value_kind_renders_to_the_golden_bytes() {
+        let mut renderer = JsonRenderer::new();
+        let events = fixtures::events();
+        assert_eq!(events.len(), EXPECTED.len());
+        for (event, expected) in events.iter().zip(EXPECTED) {
+            let line = render(&mut renderer, event).unwrap();
+            assert_eq!(line, format!("{expected}\n"), "{event:?}");
+            // IgnoredAny: a `serde_json::Value` would refuse `1e400`, which is valid JSON.
+            serde_json::from_str::<serde::de::IgnoredAny>(&line).unwrap();
+        }
+    }
+
+    #[test]
+    fn every_policy_application_is_counted() {
+        let mut renderer = JsonRenderer::new();
         for event in fixtures::events() {
-            let (a, b) = both(&mut old, &mut new, &event);
-            assert_eq!(b.unwrap(), a.unwrap(), "{event:?}");
+            render(&mut renderer, &event).unwrap();
         }
-        for event in fixtures::rejected_events() {
-            let (a, b) = both(&mut old, &mut new, &event);
-            assert_eq!(format!("{b:?}"), format!("{a:?}"));
-            println!("{a:?}");
-        }
-        assert_eq!(new.log.counts(), old.log.counts());
-        assert!(new.log.total() > 10);
+        // 7 + 6 + 6 in the scalar rows, 3 + 1 in the array rows, 1 in an update, 2 commit
+        // times.
+        assert_eq!(renderer.log.total(), 26);
     }
 
     #[test]
-    fn json_edge_cases_compared() {
+    fn a_value_without_json_form_fails_the_event_and_leaves_the_buffer_alone() {
+        let mut renderer = JsonRenderer::new();
+        let expected = [
+            "arrived in binary form",
+            "an unchanged TOAST value",
+            "not a single JSON document",
+        ];
+        let events = fixtures::rejected_events();
+        assert_eq!(events.len(), expected.len());
+        for (event, expected) in events.iter().zip(expected) {
+            let mut out = b"kept".to_vec();
+            let err = renderer.render(event, &mut out).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Rejected);
+            assert!(err.to_string().contains(expected), "{err}");
+            assert_eq!(out, b"kept");
+        }
+    }
+
+    fn json_column(doc: &str) -> Result<String> {
         let t = testing::table(
             "j",
             &[("id", 23), ("j", 114)],
             &["id"],
             ReplicaIdentity::Default,
         );
-        let deep = format!("{}1{}", "[".repeat(5000), "]".repeat(5000));
-        for doc in [
-            "{abc}",
-            "[1,]",
-            "{\"a\" 1}",
-            "[\"\\ud800\"]",
-            "-0",
-            "1E+2",
-            deep.as_str(),
-        ] {
-            let event = insert(
-                pos(1, 1),
-                &t,
-                vec![
-                    cdc_core::Value::Int4(1),
-                    cdc_core::Value::Json(Text::from(doc)),
-                ],
-            );
-            let (a, b) = both(&mut Legacy::new(), &mut JsonRenderer::new(), &event);
-            let short = |r: &Result<String>| format!("{r:?}").chars().take(300).collect::<String>();
-            println!(
-                "DOC {:.40}\n  old: {}\n  new: {}",
-                doc,
-                short(&a),
-                short(&b)
-            );
+        let event = insert(
+            pos(1, 1),
+            &t,
+            vec![Value::Int4(1), Value::Json(Text::from(doc))],
+        );
+        render(&mut JsonRenderer::new(), &event)
+    }
+
+    /// The Feldera encoder checks json text only for balance, and used to be spliced in
+    /// as is; now every line must parse, so balanced but invalid text (which Postgres
+    /// never sends) is rejected rather than printed.
+    #[test]
+    fn balanced_but_invalid_json_text_is_rejected() {
+        for doc in ["{abc}", "[1,]", "{\"a\" 1}"] {
+            let err = json_column(doc).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Rejected);
+            assert!(err.to_string().contains("not valid JSON"), "{err}");
         }
     }
 
+    /// What Postgres's json accepts and a strict parser might not: deep nesting (no
+    /// recursion limit when splicing), lone surrogate escapes, huge exponents.
     #[test]
-    #[ignore]
-    fn timing() {
-        let events = fixtures::events();
-        let n = 20_000;
-        for round in 0..2 {
-            let mut out = Vec::with_capacity(1 << 20);
-            let mut old = Legacy::new();
-            let t = std::time::Instant::now();
-            for _ in 0..n {
-                out.clear();
-                for e in &events {
-                    old.render_json(e, &mut out).unwrap();
-                }
-            }
-            let old_t = t.elapsed();
-            let bytes = out.len();
-            let mut new = JsonRenderer::new();
-            let t = std::time::Instant::now();
-            for _ in 0..n {
-                out.clear();
-                for e in &events {
-                    new.render(e, &mut out).unwrap();
-                }
-            }
-            let new_t = t.elapsed();
-            let per = (n * events.len()) as f64;
-            println!(
-                "round {round}: {} events/pass, {bytes} bytes/pass; old {:?} ({:.0} ns/event), new {:?} ({:.0} ns/event), ratio {:.2}",
-                events.len(),
-                old_t,
-                old_t.as_nanos() as f64 / per,
-                new_t,
-                new_t.as_nanos() as f64 / per,
-                new_t.as_secs_f64() / old_t.as_secs_f64()
+    fn valid_json_text_is_spliced_verbatim() {
+        let deep = format!("{}1{}", "[".repeat(5000), "]".repeat(5000));
+        for doc in [deep.as_str(), "[\"\\ud800\"]", "1e400", "-0", "1E+2"] {
+            assert_eq!(
+                json_column(doc).unwrap(),
+                format!(
+                    r#"{{"op":"insert","position":"0/1#1","table":"public.j","new":{{"id":1,"j":{doc}}}}}"#
+                ) + "\n"
             );
         }
     }
 
     proptest! {
+        /// Every line parses, and each column holds what the Feldera encoder writes for
+        /// the value.
         #[test]
-        fn same_bytes_for_arbitrary_rows(
-            values in proptest::collection::vec(arb_value(false), 4),
-            old_values in proptest::collection::vec(prop_oneof![3 => arb_value(false), 1 => Just(cdc_core::Value::Unchanged)], 4),
-            unchanged in proptest::collection::vec(any::<bool>(), 4),
-        ) {
-            let t = testing::table("p", &[("a", 0), ("b\"", 0), ("c\n", 0), ("ü", 0)], &["a"], ReplicaIdentity::Full);
-            let new_row: Vec<cdc_core::Value> = values.iter().zip(&unchanged).map(|(v, u)| if *u { cdc_core::Value::Unchanged } else { v.clone() }).collect();
-            let events = [
-                insert(pos(7, 1), &t, values.clone()),
-                update(pos(7, 2), &t, old_full(old_values.clone()), new_row.clone()),
-                update(pos(7, 3), &t, crate::testing::old_key(old_values.clone()), new_row),
-                testing::delete(pos(7, 4), &t, old_full(old_values)),
-            ];
-            let mut new = JsonRenderer::new();
-            let mut old = Legacy::new();
-            for event in &events {
-                let (a, b) = both(&mut old, &mut new, event);
-                prop_assert_eq!(format!("{b:?}"), format!("{a:?}"));
+        fn values_are_the_feldera_encoders(values in proptest::collection::vec(arb_value(false), 4)) {
+            let t = testing::table("p", &[("a", 0), ("b\"", 0), ("c\n", 0), ("ü", 0)], &["a"], ReplicaIdentity::Default);
+            let event = insert(pos(7, 1), &t, values.clone());
+            let line: serde_json::Value = serde_json::from_str(&render(&mut JsonRenderer::new(), &event).unwrap()).unwrap();
+            let new = line["new"].as_object().unwrap();
+            prop_assert_eq!(new.len(), t.columns.len());
+            for (i, (column, value)) in t.columns.iter().zip(&values).enumerate() {
+                let mut encoded = Vec::new();
+                let ctx = ColumnCtx { table: &t.name, relation_id: t.relation_id, column: &column.name, index: i, position: event.position };
+                write_value(&mut encoded, value, &Policies::lossless(), &mut PolicyLog::default(), &ctx).unwrap();
+                let expected: serde_json::Value = serde_json::from_slice(&encoded).unwrap();
+                prop_assert_eq!(&new[&column.name], &expected);
             }
-            prop_assert_eq!(new.log.counts(), old.log.counts());
         }
     }
 }

@@ -46,7 +46,7 @@ fn schema(
 }
 
 fn numeric(s: &str) -> Value {
-    Value::Numeric(s.parse::<Numeric>().unwrap_or(Numeric::NaN))
+    Value::Numeric(s.parse::<Numeric>().unwrap())
 }
 
 fn array(dims: &[(u32, i32)], elements: Vec<Value>) -> Value {

@@ -8,8 +8,6 @@ use cdc_core::{Ack, Acknowledger, ChangeEvent, Error, Result, ResumeToken, Sink,
 mod debug_json;
 #[cfg(test)]
 mod fixtures;
-#[cfg(test)]
-mod legacy_json;
 mod text;
 
 use debug_json::JsonRenderer;
