@@ -17,6 +17,7 @@ pub mod progress;
 pub mod source_guard;
 pub mod summary;
 
+mod local_cluster;
 mod signals;
 
 use std::process::ExitCode;

@@ -8,11 +8,11 @@ use cdc_core::PipelineConfig;
 use cdc_postgres::conn::{ReplicationConnection, SourceConfig, connect_sql};
 use cdc_postgres::source::{PgSource, PgSourceOptions};
 use cdc_sinks::{EncoderOptions, FelderaStreamSink, Framing};
-use cdc_testkit::{ADMIN_USER, Cluster};
 use tokio_postgres::Client;
 
 use super::{RunOptions, is_connection_loss, run_pipeline, sql_error};
 use crate::cli::{CliError, DemoArgs, GlobalArgs, SummaryArg};
+use crate::local_cluster::LocalCluster;
 use crate::source_guard::{GuardedSource, SlotPermission};
 
 /// Schema, publication and slot name of the demo.
@@ -32,10 +32,10 @@ pub async fn run(args: DemoArgs, global: &GlobalArgs) -> Result<ExitCode, CliErr
             if !quiet {
                 eprintln!("pgcdc demo: starting a throwaway PostgreSQL cluster...");
             }
-            let cluster = Cluster::new().await.map_err(|e| {
+            let cluster = LocalCluster::start().map_err(|e| {
                 CliError::other(format!("could not start a local PostgreSQL cluster: {e}"))
             })?;
-            let conninfo = cluster.connection_string("postgres", ADMIN_USER, None);
+            let conninfo = cluster.conninfo();
             (Some(cluster), conninfo)
         }
     };
