@@ -20,96 +20,17 @@
 //! Only one writer may use a directory at a time; this is not enforced (no lock file).
 
 mod core;
+mod options;
 mod state;
-
-use std::path::PathBuf;
 
 use async_trait::async_trait;
 use cdc_core::{Ack, Acknowledger, Error, Result, ResumeToken, Sink, SinkBatch};
-use serde::{Deserialize, Serialize};
 
 use self::core::Core;
-use crate::feldera::{EncoderOptions, Framing, PolicyCount, TruncatePolicy};
+use crate::feldera::PolicyCount;
 
+pub use options::{CrashInjection, CrashPoint, FileLayout, FileSinkOptions};
 pub use state::{CHECKPOINT_FILE, MULTIPLEXED_FILE, table_file_name};
-
-/// How the data files are laid out.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FileLayout {
-    /// One file per table, `schema.table.json` (see [`table_file_name`]): each is what a
-    /// Feldera file input for that table ingests. Default.
-    #[default]
-    PerTable,
-    /// One file `changes.json` for every table; set [`EncoderOptions::table_key`] so a
-    /// reader can tell the tables apart.
-    Multiplexed,
-}
-
-/// Where a simulated crash happens inside a checkpoint (for crash tests).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CrashPoint {
-    /// Data files fsynced; the checkpoint file not yet written.
-    AfterDataSync,
-    /// New checkpoint written to the temporary file and fsynced; not yet renamed.
-    AfterTempWrite,
-    /// Renamed; the directory not yet fsynced.
-    AfterRename,
-}
-
-/// A simulated crash (for crash tests; never set it in production).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct CrashInjection {
-    /// Where.
-    pub point: CrashPoint,
-    /// `true`: abort the whole process there (`std::process::abort`), a real crash for
-    /// tests that run the writer in a child process. `false`: fail the operation and
-    /// refuse every later one, leaving the files as a crash would.
-    pub abort_process: bool,
-}
-
-/// Options of [`FelderaFileSink`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FileSinkOptions {
-    /// The output directory (created if missing). It must be empty or hold this sink's
-    /// earlier output.
-    pub dir: PathBuf,
-    /// One file per table (default) or one multiplexed file.
-    pub layout: FileLayout,
-    /// Newline-delimited (default) or arrays.
-    pub framing: Framing,
-    /// Encoding options and policies.
-    pub encoder: EncoderOptions,
-    /// Simulated crash, for tests only.
-    pub crash: Option<CrashInjection>,
-}
-
-impl FileSinkOptions {
-    /// Defaults for `dir`: one file per table, newline-delimited, default (erroring)
-    /// policies, no table key.
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        FileSinkOptions {
-            dir: dir.into(),
-            layout: FileLayout::PerTable,
-            framing: Framing::Lines,
-            encoder: EncoderOptions::default(),
-            crash: None,
-        }
-    }
-
-    /// Checks that the options fit together: a TRUNCATE marker is not Feldera input, so
-    /// it is only allowed in a multiplexed file.
-    pub fn validate(&self) -> Result<()> {
-        if self.layout == FileLayout::PerTable
-            && self.encoder.policies.truncate == TruncatePolicy::Marker
-        {
-            return Err(Error::config(
-                "the truncate policy `marker` writes records Feldera rejects; use it only with the multiplexed layout (or choose `error` or `skip`)",
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// Feldera JSON files with checkpoints that make them exactly-once (see the module docs).
 ///

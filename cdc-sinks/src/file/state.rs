@@ -8,7 +8,7 @@ use std::path::Path;
 use cdc_core::{Error, Position, ResumeToken, TableName};
 use serde::{Deserialize, Serialize};
 
-use super::FileLayout;
+use super::options::FileLayout;
 use crate::feldera::Framing;
 
 /// Name of the checkpoint file in the output directory.

@@ -9,7 +9,7 @@ use cdc_core::{
 };
 
 use super::*;
-use crate::feldera::{Policies, TruncatePolicy};
+use crate::feldera::{EncoderOptions, Framing, Policies, TruncatePolicy};
 use crate::testing::{self, batch, delete, insert, old_full, old_key, pos, text, update};
 
 fn keyed() -> SchemaRef {
