@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 
 use cdc_core::{ChangeEvent, Error, EventKind, Position, ResumeToken, SnapshotMarker, TableName};
 
+use super::options::{CrashPoint, FileLayout, FileSinkOptions};
 use super::state::{
     CHECKPOINT_TMP, CheckpointState, MULTIPLEXED_FILE, commit_temp, io_error, is_data_file_name,
     sync_dir, table_file_name, write_temp,
 };
-use super::options::{CrashPoint, FileLayout, FileSinkOptions};
 use crate::feldera::{FelderaEncoder, Frame, FrameSet, Framing};
 
 /// One data file and the bytes pending for it.
