@@ -58,7 +58,7 @@ Exit codes:
   8    value rejected by an output policy (e.g. NaN); choose a policy with --on-...
   130  interrupted twice: stopped without a final checkpoint
 
-Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=info,cdc_pgoutput=debug) to choose what is
+Logs go to stderr; set RUST_LOG (e.g. RUST_LOG=info,cdc_postgres=debug) to choose what is
 logged, and --log-format json for one JSON object per line.";
 
 /// Change data capture from PostgreSQL (logical replication, pgoutput) into Feldera-style

@@ -522,9 +522,9 @@ mod tests {
             let pid = cluster.server.id();
             assert!(dir.join("data").join("PG_VERSION").is_file());
 
-            let connection = cdc_pgoutput::conn::ConnectionConfig::parse(&cluster.conninfo())
+            let connection = cdc_postgres::conn::ConnectionConfig::parse(&cluster.conninfo())
                 .expect("the connection string parses");
-            let client = cdc_pgoutput::conn::connect_sql(&connection)
+            let client = cdc_postgres::conn::connect_sql(&connection)
                 .await
                 .expect("connect over the Unix socket");
             let wal_level: String = client
