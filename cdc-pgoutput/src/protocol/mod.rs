@@ -3,6 +3,8 @@
 //! - [`replication`]: the CopyData sub-protocol of `START_REPLICATION` (XLogData, keepalives,
 //!   standby status updates, hot standby feedback).
 //! - [`pgoutput`]: the logical replication messages inside XLogData.
+//! - [`status_schedule`]: when standby status updates are due and what they report, with
+//!   the current time passed in.
 //!
 //! Nothing here does I/O, awaits, or keeps a clock; decoders never panic on any input and
 //! report malformed bytes as a [`DecodeError`] naming message, offset and problem.
@@ -12,8 +14,10 @@ pub mod error;
 pub mod pgoutput;
 mod reader;
 pub mod replication;
+pub mod status_schedule;
 pub mod timestamp;
 mod writer;
 
 pub use bytes_view::BytesView;
 pub use error::{DecodeError, DecodeProblem, EncodeError, MessageKind};
+pub use status_schedule::{StatusConfig, StatusReport, StatusSchedule, effective_status_interval};

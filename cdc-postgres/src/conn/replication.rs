@@ -14,6 +14,7 @@ use super::error::Activity;
 use super::stream::{ReplicationStream, StreamOptions};
 use super::transport;
 use super::wire::Wire;
+use cdc_pgoutput::protocol::status_schedule::effective_status_interval;
 
 pub use super::wire::QueryResult;
 
@@ -526,10 +527,9 @@ impl ReplicationConnection {
         let clause = options.to_options_clause(self.server_version_num)?;
         if stream_options.follow_wal_sender_timeout
             && let Some(timeout) = parse_show_duration(&self.show("wal_sender_timeout").await?)
-                .filter(|t| !t.is_zero())
         {
-            let limit = (timeout / 3).max(Duration::from_millis(50));
-            stream_options.status_interval = stream_options.status_interval.min(limit);
+            stream_options.status_interval =
+                effective_status_interval(stream_options.status_interval, Some(timeout));
         }
         let command = format!(
             "START_REPLICATION SLOT {} LOGICAL {start} {clause}",

@@ -9,6 +9,10 @@
 //! server's `wal_sender_timeout` never fires because the consumer is slow. A keepalive
 //! that requests a reply is answered as soon as it is read.
 //!
+//! When an update is due and what it says is decided by a sans-IO
+//! [`StatusSchedule`] (tested with a fake clock); the task only feeds it what it reads
+//! and the owner's flush position, sleeps until its timeout, and sends what it returns.
+//!
 //! The flush position in status updates is only ever what the owner set with
 //! [`ReplicationStream::set_flushed`] (until then `0/0`, which the server ignores): the
 //! slot never advances past what the sink acknowledged.
@@ -17,7 +21,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use cdc_core::{Error, Lsn, Result};
@@ -34,13 +38,14 @@ use super::framing::{drain_until_closed, log_notice};
 use super::read_batching::{Polled, ReadBatching};
 use super::transport::Socket;
 use cdc_pgoutput::protocol::replication::{ClientMessage, ServerMessage, StandbyStatusUpdate};
+use cdc_pgoutput::protocol::status_schedule::{StatusConfig, StatusSchedule};
 use cdc_pgoutput::protocol::timestamp::pg_timestamp_now;
 
 /// Tuning of a [`ReplicationStream`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StreamOptions {
-    /// How often a standby status update is sent, whether or not anything changed.
-    /// Default 1 s.
+    /// How often a standby status update is sent, whether or not anything changed
+    /// (counted from the last update sent, whatever made it go out). Default 1 s.
     pub status_interval: Duration,
     /// Lower `status_interval` to a third of the server's `wal_sender_timeout` when
     /// starting (default true), so the server never disconnects a consumer that does not
@@ -158,10 +163,12 @@ impl ReplicationStream {
             shared: shared.clone(),
             read_size: options.read_buffer_size.max(8192),
             target,
+            // `start_replication` already lowered the interval to follow the server's
+            // `wal_sender_timeout` (it is the one that asks the server).
+            schedule: StatusSchedule::new(StatusConfig::new(options.status_interval), now()),
         };
-        let status_interval = options.status_interval.max(Duration::from_millis(10));
         let task = tokio::spawn(async move {
-            if let Err(e) = io.run(tx.clone(), command_rx, status_interval).await {
+            if let Err(e) = io.run(tx.clone(), command_rx).await {
                 // Blocks until the consumer reads it or goes away; nothing else to do.
                 let _ = tx.send(Err(e)).await;
             }
@@ -322,7 +329,6 @@ fn merge(pending: &mut Option<Chunk>, mut new: Chunk) {
 #[derive(Default)]
 struct Parsed {
     chunk: Chunk,
-    reply_requested: bool,
     finish: Option<Finish>,
 }
 
@@ -343,6 +349,14 @@ struct StreamTask {
     shared: Arc<Shared>,
     read_size: usize,
     target: String,
+    /// When status updates are due and what they report.
+    schedule: StatusSchedule,
+}
+
+/// The clock of the schedule: tokio's, so that it agrees with the timer that wakes the
+/// task.
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 impl StreamTask {
@@ -350,10 +364,11 @@ impl StreamTask {
         &mut self,
         tx: mpsc::Sender<Result<Chunk>>,
         mut commands: mpsc::UnboundedReceiver<Command>,
-        status_interval: Duration,
     ) -> Result<()> {
-        let mut ticker = tokio::time::interval(status_interval);
-        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // Wakes the task when the schedule says an update is due; re-armed only when the
+        // deadline moved (after an update went out).
+        let status_timer = tokio::time::sleep_until(self.schedule.poll_timeout().into());
+        tokio::pin!(status_timer);
         // While the low-water mark is set: reads what waits below it.
         let batch_wait = self
             .batching
@@ -388,6 +403,10 @@ impl StreamTask {
             }
             let batching = self.batching.as_ref().is_some_and(ReadBatching::active);
             let buffered = self.rbuf.len();
+            let due = tokio::time::Instant::from_std(self.schedule.poll_timeout());
+            if status_timer.deadline() != due {
+                status_timer.as_mut().reset(due);
+            }
             tokio::select! {
                 biased;
                 command = commands.recv() => {
@@ -395,7 +414,7 @@ impl StreamTask {
                         return Ok(());
                     }
                 }
-                _ = ticker.tick() => self.send_status().await?,
+                () = &mut status_timer => self.transmit().await?,
                 permit = tx.reserve(), if deliver => match permit {
                     Ok(permit) => {
                         if let Some(chunk) = pending.take() {
@@ -462,8 +481,14 @@ impl StreamTask {
     /// in `pending`. Returns why the stream ends, if it does.
     async fn process(&mut self, pending: &mut Option<Chunk>) -> Result<Option<Finish>> {
         let parsed = self.parse();
-        if parsed.reply_requested {
-            self.send_status().await?;
+        let read_at = now();
+        for message in &parsed.chunk {
+            self.schedule.on_server_message(message, read_at);
+        }
+        // A stream that ends sends its last update on the way out (or cannot: writing to
+        // a failed connection would only hide the server's error).
+        if parsed.finish.is_none() {
+            self.transmit().await?;
         }
         merge(pending, parsed.chunk);
         Ok(parsed.finish)
@@ -491,11 +516,13 @@ impl StreamTask {
     async fn handle(&mut self, command: Option<Command>) -> Result<bool> {
         match command {
             Some(Command::StatusNow) => {
-                self.send_status().await?;
+                self.schedule.request_status();
+                self.transmit().await?;
                 Ok(false)
             }
             Some(Command::Close(done)) => {
-                let result = self.send_status().await;
+                self.schedule.request_status();
+                let result = self.transmit().await;
                 self.terminate().await;
                 let _ = done.send(result);
                 Ok(true)
@@ -510,7 +537,8 @@ impl StreamTask {
 
     /// The consumer dropped the stream: say goodbye with the last flush position.
     async fn shutdown(&mut self) -> Result<()> {
-        let _ = self.send_status().await;
+        self.schedule.request_status();
+        let _ = self.transmit().await;
         self.terminate().await;
         Ok(())
     }
@@ -524,18 +552,22 @@ impl StreamTask {
         drain_until_closed(&mut self.socket, &mut self.rbuf).await;
     }
 
-    /// Sends a standby status update: write = max(received, flushed); flush = apply =
-    /// the owner's position.
-    async fn send_status(&mut self) -> Result<()> {
-        let flushed = Lsn(self.shared.flushed.load(Ordering::Acquire));
-        let received = Lsn(self.shared.received.load(Ordering::Acquire));
-        let update = ClientMessage::StandbyStatusUpdate(StandbyStatusUpdate {
-            write: received.max(flushed),
-            flush: flushed,
-            apply: flushed,
-            client_clock: pg_timestamp_now(),
-            reply_requested: false,
-        });
+    /// Gives the schedule the owner's latest flush position and sends the status update
+    /// it says is due now, if any (write = max(received, flushed); flush = apply = the
+    /// owner's position), stamped with the wall clock.
+    async fn transmit(&mut self) -> Result<()> {
+        self.schedule
+            .confirm_flushed(Lsn(self.shared.flushed.load(Ordering::Acquire)));
+        let Some(report) = self.schedule.poll_transmit(now()) else {
+            return Ok(());
+        };
+        let update = report.to_message(pg_timestamp_now());
+        self.send_status(update).await
+    }
+
+    /// Sends a standby status update.
+    async fn send_status(&mut self, update: StandbyStatusUpdate) -> Result<()> {
+        let update = ClientMessage::StandbyStatusUpdate(update);
         let mut body = BytesMut::with_capacity(34);
         update.encode(&mut body);
         self.wbuf.clear();
@@ -584,7 +616,6 @@ impl StreamTask {
                         parsed.chunk.push(ServerMessage::XLogData(data));
                     }
                     Ok(ServerMessage::PrimaryKeepalive(keepalive)) => {
-                        parsed.reply_requested |= keepalive.reply_requested;
                         parsed
                             .chunk
                             .push(ServerMessage::PrimaryKeepalive(keepalive));
