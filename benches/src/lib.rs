@@ -1,4 +1,5 @@
-//! Shared helpers for pgcdc benchmarks.
+//! Shared helpers for pgcdc benchmarks. Nothing depends on this crate; it may use any
+//! pgcdc crate and the test kit, and measures, never asserts, timings.
 //!
 //! - [`row`]: the realistic mixed-type row every benchmark uses (same columns in the
 //!   micro-benchmarks and in the tables of the end-to-end runs), as pgoutput messages in

@@ -1,5 +1,6 @@
 //! The `pgcdc` command-line tool, as a library so its pieces can be tested and reused by
-//! the examples.
+//! the examples. It is what ships: it must never depend on the dev-only test kit
+//! (`pgcdc demo` starts its throwaway cluster with its own `local_cluster` module).
 //!
 //! - [`cli`]: the command line (clap) and the exit codes;
 //! - [`commands`]: `demo`, `stream`, `check`, `slots` and `drop-slot`;

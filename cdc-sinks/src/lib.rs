@@ -1,4 +1,7 @@
-//! Sinks for pgcdc.
+//! Sinks for pgcdc: where change events go, behind [`cdc_core::Sink`].
+//!
+//! A sink knows the model (`cdc-core`) and its own output, and must never depend on a
+//! particular source database or its protocol crates (`cdc-pgoutput`, `cdc-postgres`).
 //!
 //! - [`feldera`]: Feldera-style JSON (`format=json`, `update_format=insert_delete`) — the
 //!   encoder, its policies, and a stream sink to any writer;

@@ -1,4 +1,6 @@
-//! Dev-only test kit for pgcdc: throwaway PostgreSQL clusters with fault injection.
+//! Dev-only test kit for pgcdc: throwaway PostgreSQL clusters with fault injection. Only
+//! ever a dev-dependency: nothing that ships (the libraries, the `pgcdc` binary) may
+//! depend on it, and it depends on no pgcdc crate, so any of them can test with it.
 //!
 //! Every integration test that talks to Postgres starts its own [`Cluster`]: a fresh
 //! `initdb` in a temporary directory, a server on a random free port of `127.0.0.1` and on a
