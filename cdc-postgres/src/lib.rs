@@ -3,10 +3,10 @@
 //! Connection strings and Feldera's connector JSON ([`conn::config`]), TLS and
 //! authentication, the replication connection and its commands, the CopyBoth replication
 //! stream, preflight checks and slots ([`conn`]), the published tables' columns and types
-//! ([`catalog`]), the consistent initial snapshot ([`snapshot`]), and [`source::PgSource`], which puts them together as a
-//! [`cdc_core::Source`]. Bytes are turned into values by the sans-IO protocol crate
-//! [`cdc_pgoutput`] (re-exported as [`pgoutput`]); this crate owns the sockets, the clock
-//! and the tasks around it.
+//! ([`catalog`]), the consistent initial snapshot ([`snapshot`]), and
+//! [`source::PgSource`], which puts them together as a [`cdc_core::Source`]. Bytes are
+//! turned into values by the sans-IO protocol crate [`cdc_pgoutput`] (re-exported as
+//! [`pgoutput`]); this crate owns the sockets, the clock and the tasks around it.
 //!
 //! It must never depend on a sink, on the CLI, or on the dev-only test kit.
 
