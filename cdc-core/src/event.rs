@@ -77,6 +77,24 @@ pub enum SnapshotMarker {
         /// The slot's consistent point.
         consistent_point: Lsn,
     },
+    /// Online snapshot: one chunk of `table` follows — its rows are the table's rows in a
+    /// key range as of one moment, merged into the stream at this point (inserts of rows
+    /// the sink does not hold yet, never a second copy of one it holds).
+    ChunkStarted {
+        /// The table.
+        table: TableName,
+        /// The chunk's number within the table's backfill, from 0.
+        chunk: u64,
+    },
+    /// Online snapshot: the chunk announced by `ChunkStarted` is complete.
+    ChunkCompleted {
+        /// The table.
+        table: TableName,
+        /// The chunk's number within the table's backfill.
+        chunk: u64,
+        /// Rows in the chunk.
+        rows: u64,
+    },
 }
 
 /// What happened.

@@ -40,5 +40,8 @@ pub use sink::{Ack, AckEvent, Acknowledger, BatchId, BatchLimits, CommitMode, Si
 #[cfg(feature = "runtime")]
 pub use source::{ConfirmHandle, Source};
 pub use table_name::{TableName, TableNameError, quote_identifier};
-pub use token::{RESUME_TOKEN_VERSION, ResumeToken, SnapshotProgress, SourceIdentity};
+pub use token::{
+    BackfillProgress, BackfillWindow, OLDEST_READABLE_TOKEN_VERSION, RESUME_TOKEN_VERSION,
+    ResumeToken, SnapshotProgress, SourceIdentity, TableBackfill,
+};
 pub use value::{Array, ArrayDim, Numeric, OtherRepr, OtherValue, Text, TypeOid, Value};

@@ -4,8 +4,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Lsn, Position, TableName};
 
-/// The token format version this build writes and reads.
-pub const RESUME_TOKEN_VERSION: u32 = 1;
+/// The token format version this build writes. It also reads every earlier version
+/// (version 1 had no online snapshot progress).
+pub const RESUME_TOKEN_VERSION: u32 = 2;
+
+/// The oldest token format version this build still reads.
+pub const OLDEST_READABLE_TOKEN_VERSION: u32 = 1;
 
 /// Identity of the stream a token belongs to. A token is only valid for the same source
 /// identity: resuming it against another server, timeline, database or slot is a
@@ -33,6 +37,56 @@ pub struct SnapshotProgress {
     pub completed_tables: Vec<TableName>,
 }
 
+/// Progress of an online snapshot (backfill): per table, how far its chunks were
+/// delivered, and the merge windows of recent chunks that still decide which streamed
+/// changes the chunks already reflect.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackfillProgress {
+    /// Every table still being backfilled, or completed during this stream (kept so that a
+    /// completed table is never copied again).
+    pub tables: Vec<TableBackfill>,
+}
+
+/// One table's online snapshot progress.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableBackfill {
+    /// The table.
+    pub table: TableName,
+    /// Every row of the table is delivered.
+    #[serde(default)]
+    pub done: bool,
+    /// The key of the last row delivered (each key column in Postgres's text form), in
+    /// key order: rows up to and including it are the sink's. `None`: nothing yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upto: Option<Vec<String>>,
+    /// Chunks delivered so far (the next chunk's number).
+    #[serde(default)]
+    pub chunks: u64,
+    /// Rows delivered so far.
+    #[serde(default)]
+    pub rows: u64,
+    /// Merge windows of chunks whose snapshot may still be newer than the stream.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<BackfillWindow>,
+}
+
+/// The part of one delivered chunk that still matters for merging: the key range it
+/// covered and the snapshot it was read under, until the stream passes `until`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackfillWindow {
+    /// Exclusive lower bound of the key range (`None`: from the first key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Vec<String>>,
+    /// Inclusive upper bound of the key range (`None`: to the end of the table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upto: Option<Vec<String>>,
+    /// The chunk's transaction snapshot (`pg_current_snapshot()`, text form).
+    pub snapshot: String,
+    /// The WAL insert position read just after that snapshot: every transaction it sees
+    /// committed before this position.
+    pub until: Lsn,
+}
+
 /// Where to resume: a small, versioned JSON document that a sink stores atomically with
 /// the data it covers (an engine stores it in its own checkpoint) and hands back at restart.
 ///
@@ -52,13 +106,17 @@ pub struct ResumeToken {
     /// whose confirmed position is beyond it has lost changes the sink does not have.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit_end: Option<Lsn>,
-    /// Present while the initial snapshot is incomplete.
+    /// Present while the initial snapshot (consistent mode) is incomplete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotProgress>,
+    /// Present while an online snapshot runs (since version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backfill: Option<BackfillProgress>,
 }
 
+/// Versions 1 and 2: version 1 is version 2 without `backfill`.
 #[derive(Deserialize)]
-struct ResumeTokenV1 {
+struct ResumeTokenV2 {
     version: u32,
     source: SourceIdentity,
     position: Option<Position>,
@@ -66,6 +124,8 @@ struct ResumeTokenV1 {
     commit_end: Option<Lsn>,
     #[serde(default)]
     snapshot: Option<SnapshotProgress>,
+    #[serde(default)]
+    backfill: Option<BackfillProgress>,
 }
 
 #[derive(Deserialize)]
@@ -79,18 +139,25 @@ impl<'de> Deserialize<'de> for ResumeToken {
         let value = serde_json::Value::deserialize(deserializer)?;
         let VersionOnly { version } =
             serde_json::from_value(value.clone()).map_err(D::Error::custom)?;
-        if version != RESUME_TOKEN_VERSION {
+        if !(OLDEST_READABLE_TOKEN_VERSION..=RESUME_TOKEN_VERSION).contains(&version) {
             return Err(D::Error::custom(format!(
-                "resume token version {version} is not supported by this build (it reads version {RESUME_TOKEN_VERSION}); upgrade pgcdc or start a new stream"
+                "resume token version {version} is not supported by this build (it reads versions {OLDEST_READABLE_TOKEN_VERSION} to {RESUME_TOKEN_VERSION}); upgrade pgcdc or start a new stream"
             )));
         }
-        let v1: ResumeTokenV1 = serde_json::from_value(value).map_err(D::Error::custom)?;
+        let v2: ResumeTokenV2 = serde_json::from_value(value).map_err(D::Error::custom)?;
+        if v2.version < 2 && v2.backfill.is_some() {
+            return Err(D::Error::custom(
+                "resume token version 1 cannot carry online snapshot progress; the token is not one pgcdc wrote",
+            ));
+        }
         Ok(ResumeToken {
-            version: v1.version,
-            source: v1.source,
-            position: v1.position,
-            commit_end: v1.commit_end,
-            snapshot: v1.snapshot,
+            // Read tokens are rewritten in the current format.
+            version: RESUME_TOKEN_VERSION,
+            source: v2.source,
+            position: v2.position,
+            commit_end: v2.commit_end,
+            snapshot: v2.snapshot,
+            backfill: v2.backfill,
         })
     }
 }
@@ -104,6 +171,7 @@ impl ResumeToken {
             position,
             commit_end: None,
             snapshot: None,
+            backfill: None,
         }
     }
 
@@ -150,13 +218,54 @@ mod tests {
     #[test]
     fn rejects_unknown_version() {
         let mut value = serde_json::to_value(ResumeToken::new(identity(), None)).unwrap();
-        value["version"] = 2.into();
+        value["version"] = 3.into();
         let err = ResumeToken::from_json(&value.to_string()).unwrap_err();
         assert!(
-            err.to_string().contains("version 2 is not supported"),
+            err.to_string().contains("version 3 is not supported"),
             "{err}"
         );
+        value["version"] = 0.into();
+        assert!(ResumeToken::from_json(&value.to_string()).is_err());
         assert!(ResumeToken::from_json("{}").is_err());
+    }
+
+    #[test]
+    fn reads_a_version_1_token_as_written_by_the_previous_release() {
+        // Verbatim from a version-1 build (mid consistent snapshot).
+        let v1 = r#"{"version":1,"source":{"system_identifier":"7291234567890123456","timeline":1,"database":"shop","slot":"pgcdc_abc"},"position":{"commit_lsn":"0/16B3748","ordinal":12},"commit_end":"0/16B3800","snapshot":{"consistent_point":"0/16B3749","completed_tables":["public.orders"]}}"#;
+        let token = ResumeToken::from_json(v1).unwrap();
+        assert_eq!(token.version, RESUME_TOKEN_VERSION);
+        assert_eq!(token.position, Some(Position::new(Lsn(0x16B_3748), 12)));
+        assert_eq!(token.commit_end, Some(Lsn(0x16B_3800)));
+        let snapshot = token.snapshot.clone().unwrap();
+        assert_eq!(snapshot.completed_tables, vec![TableName::new("public", "orders")]);
+        assert_eq!(token.backfill, None);
+        // A version-1 token with version-2 content was not written by pgcdc.
+        let forged = v1.replace(r#""snapshot":"#, r#""backfill":{"tables":[]},"snapshot":"#);
+        assert!(ResumeToken::from_json(&forged).is_err());
+    }
+
+    #[test]
+    fn backfill_progress_round_trips() {
+        let mut token = ResumeToken::new(identity(), Some(Position::new(Lsn(10), 2)));
+        token.backfill = Some(BackfillProgress {
+            tables: vec![TableBackfill {
+                table: TableName::new("public", "orders"),
+                done: false,
+                upto: Some(vec!["42".into(), "it's".into()]),
+                chunks: 3,
+                rows: 3000,
+                windows: vec![BackfillWindow {
+                    after: Some(vec!["7".into(), "a".into()]),
+                    upto: Some(vec!["42".into(), "it's".into()]),
+                    snapshot: "100:105:101,103".into(),
+                    until: Lsn(0x1_0000_0000),
+                }],
+            }],
+        });
+        let json = token.to_json();
+        assert!(json.contains("\"version\":2"), "{json}");
+        assert_eq!(ResumeToken::from_json(&json).unwrap(), token);
     }
 
     #[test]

@@ -56,6 +56,8 @@ pub struct Counts {
     pub last_lsn: Option<Lsn>,
     /// A snapshot is being copied (between its start and completion markers).
     pub snapshot_running: bool,
+    /// Inside an online snapshot chunk (between its start and completion markers).
+    pub in_chunk: bool,
     /// The snapshot's completion marker was written.
     pub snapshot_complete: bool,
     /// Rows of the current snapshot written so far.
@@ -94,7 +96,7 @@ impl Counts {
         match &event.kind {
             EventKind::Insert { table, .. } => {
                 let counts = self.tables.entry(table.name.clone()).or_default();
-                if self.snapshot_running {
+                if self.snapshot_running || self.in_chunk {
                     counts.snapshot += 1;
                     self.snapshot_rows += 1;
                 } else {
@@ -147,6 +149,12 @@ impl Counts {
                     .snapshot_started
                     .map(|started| started.elapsed().as_secs_f64());
             }
+            // Online snapshot: the rows between these markers are the chunk's copy.
+            EventKind::Snapshot(SnapshotMarker::ChunkStarted { table, .. }) => {
+                self.tables.entry(table.clone()).or_default();
+                self.in_chunk = true;
+            }
+            EventKind::Snapshot(SnapshotMarker::ChunkCompleted { .. }) => self.in_chunk = false,
             EventKind::Begin(_) | EventKind::SchemaChange { .. } | EventKind::Message { .. } => {}
         }
     }

@@ -221,18 +221,25 @@ fn op_name(kind: &EventKind) -> &'static str {
 }
 
 fn snapshot(marker: &SnapshotMarker) -> Body<'_> {
-    let (marker, table, rows, consistent_point) = match marker {
-        SnapshotMarker::Started => ("started", None, None, None),
-        SnapshotMarker::Restarted => ("restarted", None, None, None),
-        SnapshotMarker::TableStarted(t) => ("table_started", Some(t), None, None),
+    let (marker, table, chunk, rows, consistent_point) = match marker {
+        SnapshotMarker::Started => ("started", None, None, None, None),
+        SnapshotMarker::Restarted => ("restarted", None, None, None, None),
+        SnapshotMarker::TableStarted(t) => ("table_started", Some(t), None, None, None),
         SnapshotMarker::TableCompleted { table, rows } => {
-            ("table_completed", Some(table), Some(*rows), None)
+            ("table_completed", Some(table), None, Some(*rows), None)
         }
         SnapshotMarker::Completed { consistent_point } => {
-            ("completed", None, None, Some(Shown(*consistent_point)))
+            ("completed", None, None, None, Some(Shown(*consistent_point)))
+        }
+        SnapshotMarker::ChunkStarted { table, chunk } => {
+            ("chunk_started", Some(table), Some(*chunk), None, None)
+        }
+        SnapshotMarker::ChunkCompleted { table, chunk, rows } => {
+            ("chunk_completed", Some(table), Some(*chunk), Some(*rows), None)
         }
     };
     Body::Snapshot {
+        chunk,
         rows,
         consistent_point,
         marker,
@@ -297,6 +304,8 @@ enum Body<'a> {
     },
     /// The counts and LSN come before the marker's name, as they always have.
     Snapshot {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        chunk: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         rows: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]

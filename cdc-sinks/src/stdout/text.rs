@@ -97,6 +97,13 @@ pub(super) fn render(event: &ChangeEvent, out: &mut Vec<u8>) {
                 line,
                 "SNAPSHOT completed, consistent point {consistent_point} @{pos}"
             ),
+            SnapshotMarker::ChunkStarted { table, chunk } => {
+                write!(line, "SNAPSHOT table {table} chunk {chunk} started @{pos}")
+            }
+            SnapshotMarker::ChunkCompleted { table, chunk, rows } => write!(
+                line,
+                "SNAPSHOT table {table} chunk {chunk} completed, {rows} rows @{pos}"
+            ),
         },
     };
     line.push('\n');
