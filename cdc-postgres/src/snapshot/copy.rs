@@ -117,9 +117,11 @@ fn output_function_text(column: &str) -> String {
     format!("CASE WHEN num_nulls({column}) = 0 THEN format('%s', {column}) END")
 }
 
-/// The COPY statement for one item.
-pub fn copy_statement(table: &CatalogTable, item: &WorkItem) -> String {
-    let columns: Vec<String> = table
+/// The select list that reads every column of `table` in a form [`decode_fields`]
+/// decodes: the column itself where it decodes from binary, its output function's text
+/// otherwise.
+pub(super) fn columns_for_copy(table: &CatalogTable) -> Vec<String> {
+    table
         .schema
         .columns
         .iter()
@@ -132,7 +134,12 @@ pub fn copy_statement(table: &CatalogTable, item: &WorkItem) -> String {
                 output_function_text(&column)
             }
         })
-        .collect();
+        .collect()
+}
+
+/// The COPY statement for one item.
+pub fn copy_statement(table: &CatalogTable, item: &WorkItem) -> String {
+    let columns = columns_for_copy(table);
     let mut select = format!(
         "SELECT {} FROM ONLY {}",
         if columns.is_empty() {
@@ -179,7 +186,7 @@ pub fn spawn_workers(
     (rx, set)
 }
 
-fn sql_error(context: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
+pub(super) fn sql_error(context: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
     move |e| from_tokio_postgres(e, Activity::Command, context)
 }
 
@@ -297,7 +304,8 @@ async fn copy_item(
     Ok(count)
 }
 
-fn decode_fields(
+/// One COPY row (as [`columns_for_copy`] selected it) as a row of `table`.
+pub(super) fn decode_fields(
     table: &CatalogTable,
     types: &[TypeInfo],
     fields: Vec<Option<Bytes>>,
