@@ -238,7 +238,10 @@ mod tests {
         assert_eq!(token.position, Some(Position::new(Lsn(0x16B_3748), 12)));
         assert_eq!(token.commit_end, Some(Lsn(0x16B_3800)));
         let snapshot = token.snapshot.clone().unwrap();
-        assert_eq!(snapshot.completed_tables, vec![TableName::new("public", "orders")]);
+        assert_eq!(
+            snapshot.completed_tables,
+            vec![TableName::new("public", "orders")]
+        );
         assert_eq!(token.backfill, None);
         // A version-1 token with version-2 content was not written by pgcdc.
         let forged = v1.replace(r#""snapshot":"#, r#""backfill":{"tables":[]},"snapshot":"#);

@@ -5,6 +5,9 @@
 //!   tuple views.
 //! - [`types`]: decoders from Postgres's binary and text formats into
 //!   [`cdc_core::Value`], by type OID, and the registry of a session's types.
+//! - [`backfill`]: the online snapshot's merge: transaction visibility in a chunk's
+//!   snapshot, primary-key order as Postgres's btree has it, and the rules that merge
+//!   chunks into the stream.
 //! - [`changes`]: the change assembler that turns decoded messages into
 //!   [`cdc_core::ChangeEvent`]s: relation cache, positions, streamed-transaction buffers.
 //!
@@ -15,6 +18,7 @@
 //! caller provides it through [`changes::SpillStorage`]. The I/O around this crate lives in
 //! `cdc-postgres`. `tests/dependencies.rs` enforces the rule.
 
+pub mod backfill;
 pub mod changes;
 pub mod protocol;
 pub mod types;

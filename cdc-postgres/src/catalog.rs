@@ -11,6 +11,7 @@ use cdc_core::{
 use tokio_postgres::Client;
 
 use crate::conn::error::{Activity, from_tokio_postgres};
+use cdc_pgoutput::backfill::key_order::KeyCollation;
 use cdc_pgoutput::changes::TableCatalogInfo;
 use cdc_pgoutput::types::{ScalarKind, TypeDef, TypeInfo, TypeRegistry};
 
@@ -27,6 +28,35 @@ pub struct CatalogTable {
     pub pages: i64,
     /// For a partitioned table: its leaf partitions (copied instead of the parent).
     pub partitions: Vec<TableName>,
+    /// The collation the primary key index orders each key column by, in key order, with
+    /// the database's default collation resolved to its provider and locale.
+    pub key_collations: Vec<KeyCollationInfo>,
+}
+
+/// A key column's collation as the catalog describes it (owned; see
+/// `cdc_pgoutput::backfill::key_order::KeyCollation`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyCollationInfo {
+    /// The type has no collation.
+    NotCollatable,
+    /// A libc collation with this `LC_COLLATE`.
+    Libc(String),
+    /// An ICU collation with this locale.
+    Icu(String),
+    /// A builtin-provider collation (PostgreSQL 17+) with this locale.
+    Builtin(String),
+}
+
+impl KeyCollationInfo {
+    /// The borrowed form the key order takes.
+    pub fn as_key_collation(&self) -> KeyCollation<'_> {
+        match self {
+            KeyCollationInfo::NotCollatable => KeyCollation::NotCollatable,
+            KeyCollationInfo::Libc(collate) => KeyCollation::Libc { collate },
+            KeyCollationInfo::Icu(locale) => KeyCollation::Icu { locale },
+            KeyCollationInfo::Builtin(locale) => KeyCollation::Builtin { locale },
+        }
+    }
 }
 
 fn sql_error(e: tokio_postgres::Error) -> Error {
@@ -85,6 +115,42 @@ pub async fn load_tables(
             .iter()
             .map(|r| r.try_get(0))
             .collect::<Result<_, _>>()
+            .map_err(sql_error)?;
+        let key_collations: Vec<KeyCollationInfo> = client
+            .query(
+                "SELECT k.coll::int8 = 0, \
+                        COALESCE(CASE WHEN co.collprovider = 'd' THEN to_jsonb(d) ->> 'datlocprovider' \
+                                      ELSE co.collprovider::text END, 'c'), \
+                        CASE WHEN co.collprovider = 'd' THEN d.datcollate::text ELSE co.collcollate::text END, \
+                        CASE WHEN co.collprovider = 'd' \
+                             THEN COALESCE(to_jsonb(d) ->> 'datlocale', to_jsonb(d) ->> 'daticulocale') \
+                             ELSE COALESCE(to_jsonb(co) ->> 'colllocale', to_jsonb(co) ->> 'colliculocale') END \
+                 FROM pg_index i \
+                 CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[]) WITH ORDINALITY AS k(attnum, coll, ord) \
+                 LEFT JOIN pg_collation co ON co.oid = k.coll \
+                 CROSS JOIN (SELECT * FROM pg_database WHERE datname = current_database()) d \
+                 WHERE i.indrelid = $1 AND i.indisprimary ORDER BY k.ord",
+                &[&oid],
+            )
+            .await
+            .map_err(sql_error)?
+            .iter()
+            .map(|r| {
+                let not_collatable: bool = r.try_get(0)?;
+                let provider: String = r.try_get(1)?;
+                let collate: Option<String> = r.try_get(2)?;
+                let locale: Option<String> = r.try_get(3)?;
+                Ok(if not_collatable {
+                    KeyCollationInfo::NotCollatable
+                } else {
+                    match provider.as_str() {
+                        "i" => KeyCollationInfo::Icu(locale.unwrap_or_default()),
+                        "b" => KeyCollationInfo::Builtin(locale.unwrap_or_default()),
+                        _ => KeyCollationInfo::Libc(collate.unwrap_or_default()),
+                    }
+                })
+            })
+            .collect::<Result<_, tokio_postgres::Error>>()
             .map_err(sql_error)?;
         let identity_columns: HashSet<String> = client
             .query(
@@ -161,6 +227,7 @@ pub async fn load_tables(
             estimated_rows,
             pages,
             partitions,
+            key_collations,
         });
     }
     Ok(out)

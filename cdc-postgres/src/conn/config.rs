@@ -309,6 +309,11 @@ pub enum SnapshotMode {
     Initial,
     /// Do not copy existing rows; stream changes from the slot's consistent point only.
     Never,
+    /// Stream at once and read the tables in primary-key chunks alongside (online
+    /// snapshot): every chunk is its own short transaction, chunk progress is in the resume
+    /// token, the slot advances during the copy. Every table needs a primary key of
+    /// orderable types.
+    Online,
 }
 
 impl SnapshotMode {
@@ -317,6 +322,7 @@ impl SnapshotMode {
         match self {
             SnapshotMode::Initial => "initial",
             SnapshotMode::Never => "never",
+            SnapshotMode::Online => "online",
         }
     }
 }

@@ -7,6 +7,7 @@
 //! - `snapshot_phase`: snapshot rows and markers with positions.
 //! - this module: batching, progress, end position, reconnect.
 
+mod backfill_phase;
 mod options;
 mod snapshot_phase;
 mod spill;
@@ -25,6 +26,7 @@ use cdc_core::{
 pub use options::{PgSourceOptions, ReconnectPolicy};
 pub use spill::TempFileSpill;
 
+use self::backfill_phase::BackfillPhase;
 use self::snapshot_phase::SnapshotPhase;
 use crate::catalog::CatalogTable;
 use crate::conn::{PgOutputOptions, ReplicationConnection, ReplicationStream};
@@ -91,6 +93,13 @@ pub struct PgSource {
     creating_slot: Option<i32>,
     /// Whether the server is a standby (slot creation waits for the primary there).
     in_recovery: bool,
+    /// The online snapshot, while it runs alongside the stream.
+    backfill: Option<BackfillPhase>,
+    /// The online snapshot's progress as of the batches handed out (for tokens).
+    backfill_progress: Option<cdc_core::BackfillProgress>,
+    /// The stream has had its turn since the last chunk round (chunks and the stream
+    /// alternate, so the slot keeps advancing while a snapshot runs).
+    stream_had_turn: bool,
 }
 
 impl PgSource {
@@ -122,6 +131,9 @@ impl PgSource {
             parked: None,
             creating_slot: None,
             in_recovery: false,
+            backfill: None,
+            backfill_progress: None,
+            stream_had_turn: true,
         }
     }
 
@@ -197,6 +209,13 @@ impl PgSource {
         if let Phase::Snapshot(snapshot) = &self.phase {
             self.snapshot_progress = Some(snapshot.progress());
         }
+        if let Some(backfill) = self.backfill.as_mut() {
+            self.backfill_progress = backfill.progress_for(self.covered_position, self.covered_end);
+            if backfill.is_finished() && self.backfill_progress.is_none() {
+                tracing::info!("online snapshot complete");
+                self.backfill = None;
+            }
+        }
         batch
     }
 
@@ -237,8 +256,7 @@ impl PgSource {
         match message {
             ServerMessage::XLogData(data) => {
                 let end = assembler.process(data.data, &mut self.scratch)?;
-                self.pending
-                    .extend(self.scratch.drain(..).map(Pending::Event));
+                self.queue_scratch()?;
                 if let Some(end) = end {
                     self.pending.push_back(Pending::End(end));
                 }
@@ -248,10 +266,38 @@ impl PgSource {
                 // transaction open, nothing before it is still coming.
                 if !assembler.in_transaction() && !assembler.replaying() {
                     self.idle_wal_end = self.idle_wal_end.max(keepalive.wal_end);
+                    if let Some(backfill) = self.backfill.as_mut() {
+                        backfill.progress(keepalive.wal_end);
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Moves the assembler's events into the pending queue, through the online snapshot's
+    /// merge while one runs.
+    fn queue_scratch(&mut self) -> Result<()> {
+        match self.backfill.as_mut() {
+            None => self
+                .pending
+                .extend(self.scratch.drain(..).map(Pending::Event)),
+            Some(backfill) => {
+                for event in self.scratch.drain(..) {
+                    if let Some(event) = backfill.on_event(event)? {
+                        self.pending.push_back(Pending::Event(event));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the stream stands between two transactions (a chunk may be placed here).
+    fn between_transactions(&self) -> bool {
+        self.assembler
+            .as_ref()
+            .is_some_and(|a| !a.in_transaction() && !a.replaying())
     }
 
     /// Releases the next bounded part of a committed streamed transaction, if one is
@@ -265,8 +311,7 @@ impl PgSource {
         }
         let end =
             assembler.continue_replay(&mut self.scratch, self.options.config.batch.max_events)?;
-        self.pending
-            .extend(self.scratch.drain(..).map(Pending::Event));
+        self.queue_scratch()?;
         if let Some(end) = end {
             self.pending.push_back(Pending::End(end));
         }
@@ -418,6 +463,21 @@ impl Source for PgSource {
             if self.continue_replay()? {
                 continue;
             }
+            // Online snapshot: the next chunks go in between two transactions, while the
+            // stream waits (backpressure reaches the server; status updates go on).
+            if self.stream_had_turn
+                && self.inbox.is_empty()
+                && self.between_transactions()
+                && self.pending.len() < self.options.config.batch.max_events
+                && let Some(backfill) = self.backfill.as_mut()
+                && backfill.wants_chunk()
+            {
+                let mut out = VecDeque::new();
+                backfill.read_round(&mut out).await?;
+                self.pending.extend(out.into_iter().map(Pending::Event));
+                self.stream_had_turn = false;
+                continue;
+            }
             if let Some(message) = self.inbox.pop_front() {
                 self.process_message(message)?;
                 continue;
@@ -434,6 +494,7 @@ impl Source for PgSource {
                 self.last_progress_batch = Some(Instant::now());
                 return Ok(Some(self.take_batch()));
             }
+            let backfill_waiting = self.backfill.as_ref().is_some_and(|b| !b.is_finished());
             let wait = match self.building_since {
                 Some(since) => self
                     .options
@@ -442,6 +503,15 @@ impl Source for PgSource {
                     .max_latency
                     .saturating_sub(since.elapsed()),
                 None => self.options.progress_interval,
+            };
+            // With chunks to read, the stream only gets a look-in: what has arrived is
+            // processed, then the next chunk is read.
+            let wait = if backfill_waiting && !self.stream_had_turn {
+                Duration::from_millis(1)
+            } else if backfill_waiting {
+                wait.min(Duration::from_millis(20))
+            } else {
+                wait
             };
             let Some(stream) = self.stream.as_mut() else {
                 self.reconnect(Error::transient("no replication stream"))
@@ -453,8 +523,12 @@ impl Source for PgSource {
                 received = stream.next_chunk() => received,
                 // A confirmation goes to the server at once, even while waiting.
                 _ = confirm.changed() => continue,
-                _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => continue,
+                _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {
+                    self.stream_had_turn = true;
+                    continue;
+                }
             };
+            self.stream_had_turn = true;
             match received {
                 Ok(Some(messages)) => self.inbox.extend(messages),
                 Ok(None) => {
@@ -478,6 +552,7 @@ impl Source for PgSource {
             ResumeToken::new(identity, self.covered_position.max(batch.last_position()));
         token.commit_end = self.covered_end.max(batch.commit_end);
         token.snapshot = self.snapshot_progress.clone();
+        token.backfill = self.backfill_progress.clone();
         token
     }
 

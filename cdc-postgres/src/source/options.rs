@@ -31,11 +31,16 @@ pub struct PgSourceOptions {
     /// A committed transaction that spilled is released entirely from its file, so the
     /// release holds no buffered messages next to the batches in flight to the sink.
     pub stream_memory_limit: usize,
-    /// Connections copying the snapshot in parallel.
+    /// Connections copying the snapshot in parallel (online snapshot: tables whose
+    /// chunks are read at once).
     pub snapshot_workers: usize,
     /// Tables larger than this many 8 kB pages are copied in ctid ranges of this size by
     /// several workers.
     pub snapshot_chunk_pages: i64,
+    /// Online snapshot: rows per chunk (default 10,000). Each chunk is one short
+    /// transaction; the stream waits while a chunk is read and placed, so this bounds
+    /// that pause (and the memory a chunk holds).
+    pub backfill_chunk_rows: usize,
     /// Copy the snapshot and stop (`initial_only`): no streaming; the slot is temporary.
     pub snapshot_only: bool,
     /// Stop cleanly once the stream reaches this LSN (like `pg_recvlogical -E`).
@@ -60,6 +65,7 @@ impl PgSourceOptions {
             stream_memory_limit: 32 << 20,
             snapshot_workers: 2,
             snapshot_chunk_pages: 16_384,
+            backfill_chunk_rows: 10_000,
             snapshot_only: false,
             end_lsn: None,
             reconnect: ReconnectPolicy::default(),

@@ -4,8 +4,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use cdc_core::{Error, Lsn, Result, ResumeToken, TableName};
+use cdc_core::{BackfillProgress, Error, Lsn, Result, ResumeToken, TableName};
 
+use super::backfill_phase::{BackfillOptions, BackfillPhase};
 use super::snapshot_phase::SnapshotPhase;
 use super::{Pending, PgSource, Phase};
 use crate::catalog::{self, CatalogTable};
@@ -33,6 +34,11 @@ pub(super) fn routing(tables: &[CatalogTable]) -> TableRouting {
 pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Lsn> {
     let config = source.options.config.clone();
     config.validate()?;
+    if config.snapshot == SnapshotMode::Online && source.options.snapshot_only {
+        return Err(Error::config(
+            "a snapshot-only run copies under one exported snapshot: use the consistent (initial) snapshot mode with it",
+        ));
+    }
     let mid_snapshot = resume.is_some_and(|t| t.snapshot.is_some());
     // An initial-only run whose sink already holds the completed snapshot: its temporary
     // slot went with that session, and there is nothing left to copy.
@@ -125,7 +131,11 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
             source.covered_end = token.commit_end;
             source.queued_upto = token.position;
             source.confirmed = confirmed;
-            start_streaming(source, repl, confirmed.max(covered)).await?;
+            let start = confirmed.max(covered);
+            start_streaming(source, repl, start).await?;
+            if let Some(progress) = &token.backfill {
+                begin_backfill(source, progress.clone(), start)?;
+            }
             Ok(confirmed)
         }
         (Some(_), None) => Err(Error::resync_required(format!(
@@ -151,7 +161,19 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                 source.covered_position = token.position;
                 source.queued_upto = token.position;
             }
-            if !wants_snapshot {
+            let online = config.snapshot == SnapshotMode::Online;
+            if online {
+                // Validate every table before creating anything (each needs a key whose
+                // order pgcdc can reproduce).
+                BackfillPhase::new(
+                    source.tables.clone(),
+                    BackfillPhase::fresh_progress(&source.tables),
+                    Lsn::ZERO,
+                    None,
+                    backfill_options(source),
+                )?;
+            }
+            if !wants_snapshot || online {
                 let created = create_slot(
                     source,
                     &mut repl,
@@ -164,11 +186,46 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                 .await?;
                 source.confirmed = created.consistent_point;
                 start_streaming(source, repl, created.consistent_point).await?;
+                if online {
+                    let progress = BackfillPhase::fresh_progress(&source.tables);
+                    begin_backfill(source, progress, created.consistent_point)?;
+                }
                 return Ok(created.consistent_point);
             }
             begin_snapshot(source, repl, resume.is_some()).await
         }
     }
+}
+
+fn backfill_options(source: &PgSource) -> BackfillOptions {
+    BackfillOptions {
+        connection: source.options.config.connection.clone(),
+        chunk_rows: source.options.backfill_chunk_rows,
+        readers: source.options.snapshot_workers,
+        in_recovery: source.in_recovery,
+    }
+}
+
+/// Starts (or continues, from a token's `progress`) the online snapshot alongside the
+/// stream, which starts at `start`.
+fn begin_backfill(source: &mut PgSource, progress: BackfillProgress, start: Lsn) -> Result<()> {
+    let phase = BackfillPhase::new(
+        source.tables.clone(),
+        progress,
+        start,
+        source.queued_upto,
+        backfill_options(source),
+    )?;
+    if let Some(assembler) = source.assembler.as_mut() {
+        // Chunk rows carry the catalog's schemas: the stream's Relation messages match them.
+        for table in source.tables.iter() {
+            assembler
+                .relations_mut()
+                .seed_delivered(table.schema.clone());
+        }
+    }
+    source.backfill = Some(phase);
+    Ok(())
 }
 
 /// Creates the slot with an exported snapshot and starts copying under it. `restarted`

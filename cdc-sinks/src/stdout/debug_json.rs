@@ -228,15 +228,23 @@ fn snapshot(marker: &SnapshotMarker) -> Body<'_> {
         SnapshotMarker::TableCompleted { table, rows } => {
             ("table_completed", Some(table), None, Some(*rows), None)
         }
-        SnapshotMarker::Completed { consistent_point } => {
-            ("completed", None, None, None, Some(Shown(*consistent_point)))
-        }
+        SnapshotMarker::Completed { consistent_point } => (
+            "completed",
+            None,
+            None,
+            None,
+            Some(Shown(*consistent_point)),
+        ),
         SnapshotMarker::ChunkStarted { table, chunk } => {
             ("chunk_started", Some(table), Some(*chunk), None, None)
         }
-        SnapshotMarker::ChunkCompleted { table, chunk, rows } => {
-            ("chunk_completed", Some(table), Some(*chunk), Some(*rows), None)
-        }
+        SnapshotMarker::ChunkCompleted { table, chunk, rows } => (
+            "chunk_completed",
+            Some(table),
+            Some(*chunk),
+            Some(*rows),
+            None,
+        ),
     };
     Body::Snapshot {
         chunk,

@@ -1,0 +1,410 @@
+//! Merging online snapshot chunks into the change stream, so that a sink applying events
+//! as a multiset ends with exactly the table's rows.
+//!
+//! A table is read in chunks, in primary-key order, each in its own short transaction
+//! whose snapshot `S` (`pg_current_snapshot()`) is recorded together with `until`, the WAL
+//! insert position read right after it. While the stream is paused between two
+//! transactions (the anchor), the chunk's rows are put into the stream as inserts. Then,
+//! for every streamed change of the table, with `k` the key it touches and `X` its
+//! transaction:
+//!
+//! 1. `k` beyond the frontier (the last key any delivered chunk read): **dropped** — the
+//!    sink has no row there, and a later chunk reads the row as it is then, `X` included.
+//! 2. `k` inside the range of a chunk whose window is still open and `X` visible in that
+//!    chunk's `S`: **dropped** — the chunk's row already shows `X`'s effect.
+//! 3. Otherwise: **delivered** — the sink has the row as it was before `X`.
+//!
+//! An update whose key moved across the frontier is delivered as the half that applies (a
+//! delete of the old row, or an insert of the new one). A TRUNCATE of a table being
+//! backfilled is delivered and starts its backfill over, so no chunk read before it survives.
+//!
+//! Why no change is lost or applied twice (for one key `k` in a chunk's range `R`):
+//! - Every transaction that committed before the anchor and touched the table is visible
+//!   in `S` ([`Backfill::invisible_before_anchor`] checks this; the caller retries the chunk
+//!   if one is not, e.g. a commit still waiting for a synchronous standby). Changes to `R`
+//!   before the anchor were dropped by rule 1, and `S` shows them all.
+//! - A transaction after the anchor is either visible in `S` (its effect is in the chunk:
+//!   rule 2 drops it) or not (the chunk is older: rule 3 applies it after the chunk's row).
+//! - Every transaction visible in `S` committed before `S` was taken, so its commit record
+//!   is before `until`; once the stream has passed `until`, rule 2 can no longer apply and
+//!   the window closes.
+//!
+//! The state is plain data (no I/O): the source feeds it events, chunks and progress, and
+//! asks it for the next chunk's start key and for the resume token's part.
+
+use std::cmp::Ordering;
+
+use cdc_core::{ChangeEvent, Error, EventKind, Lsn, Row, SchemaRef, TableName, Value};
+
+use super::key_order::KeyOrder;
+use super::xid_snapshot::XidSnapshot;
+
+/// A primary key's values, in key column order.
+pub type Key = Vec<Value>;
+
+/// How far a table's chunks were delivered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Frontier {
+    /// No chunk yet: every key is beyond the frontier.
+    NotStarted,
+    /// Rows with keys up to and including this one were delivered.
+    UpTo(Key),
+    /// Every row was delivered: no key is beyond the frontier.
+    Done,
+}
+
+/// A delivered chunk whose snapshot may still be newer than the stream.
+#[derive(Clone, Debug)]
+pub struct Window {
+    /// Exclusive lower bound (`None`: from the first key).
+    pub after: Option<Key>,
+    /// Inclusive upper bound (`None`: to the end of the table).
+    pub upto: Option<Key>,
+    /// The chunk's snapshot.
+    pub snapshot: XidSnapshot,
+    /// Every transaction visible in `snapshot` committed before this position.
+    pub until: Lsn,
+}
+
+/// One table's backfill.
+#[derive(Debug)]
+pub struct TableState {
+    /// The table.
+    pub table: TableName,
+    /// Positions of the primary key columns in the table's rows, in key order.
+    pub key_columns: Vec<usize>,
+    /// How keys compare (as Postgres's btree orders them).
+    pub order: KeyOrder,
+    /// How far chunks were delivered.
+    pub frontier: Frontier,
+    /// Open merge windows, in key order.
+    pub windows: Vec<Window>,
+    /// Chunks delivered (the next chunk's number).
+    pub chunks: u64,
+    /// Rows delivered by chunks.
+    pub rows: u64,
+}
+
+/// The outcome of one row change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Deliver,
+    Drop,
+}
+
+/// The online snapshot's merge state for every table being backfilled.
+#[derive(Debug, Default)]
+pub struct Backfill {
+    tables: Vec<TableState>,
+    /// The transaction whose events are being processed.
+    current_xid: Option<u32>,
+    /// Transactions processed since the last chunk that touched a table being backfilled
+    /// (table index, xid): each must be visible in the next chunk's snapshot.
+    touched: Vec<(usize, u32)>,
+    /// End of the last transaction processed (or progress position reported).
+    processed: Lsn,
+}
+
+impl Backfill {
+    /// A merge state for `tables` (none is done yet, or as restored from a token).
+    pub fn new(tables: Vec<TableState>, processed: Lsn) -> Self {
+        Backfill {
+            tables,
+            current_xid: None,
+            touched: Vec::new(),
+            processed,
+        }
+    }
+
+    /// The tables and their state.
+    pub fn tables(&self) -> &[TableState] {
+        &self.tables
+    }
+
+    /// Whether every table is done and every window closed: the merge has nothing left
+    /// to decide.
+    pub fn is_finished(&self) -> bool {
+        self.tables
+            .iter()
+            .all(|t| t.frontier == Frontier::Done && t.windows.is_empty())
+    }
+
+    /// Tables that still need chunks (index, table).
+    pub fn pending_tables(&self) -> impl Iterator<Item = (usize, &TableState)> {
+        self.tables
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.frontier != Frontier::Done)
+    }
+
+    /// Where the stream stands: the end of the last transaction processed.
+    pub fn processed(&self) -> Lsn {
+        self.processed
+    }
+
+    /// The stream has nothing in flight up to `lsn` (an idle keepalive's WAL end): windows
+    /// that end there close.
+    pub fn progress(&mut self, lsn: Lsn) {
+        if self.current_xid.is_none() && lsn > self.processed {
+            self.processed = lsn;
+            self.close_windows();
+        }
+    }
+
+    fn close_windows(&mut self) {
+        let processed = self.processed;
+        for table in &mut self.tables {
+            table.windows.retain(|w| w.until > processed);
+        }
+    }
+
+    /// Transactions processed before the anchor that touched `table` and are not visible
+    /// in `snapshot`: a chunk read under `snapshot` would miss their changes, which the
+    /// stream already dropped. Empty means the chunk may be delivered now.
+    pub fn invisible_before_anchor(&self, table: usize, snapshot: &XidSnapshot) -> Vec<u32> {
+        self.touched
+            .iter()
+            .filter(|(t, xid)| *t == table && !snapshot.is_visible_xid32(*xid))
+            .map(|(_, xid)| *xid)
+            .collect()
+    }
+
+    /// Delivers a chunk of `table` read under `snapshot`: `rows` are the table's rows
+    /// after the frontier in key order (at most the chunk size); `complete` says the read
+    /// reached the end of the table. Returns the key range's upper bound.
+    ///
+    /// Must be called at an anchor (between transactions), after
+    /// [`Self::invisible_before_anchor`] came back empty.
+    pub fn deliver_chunk(
+        &mut self,
+        table: usize,
+        snapshot: XidSnapshot,
+        until: Lsn,
+        rows: &[Row],
+        complete: bool,
+    ) -> Result<(), Error> {
+        let Some(state) = self.tables.get_mut(table) else {
+            return Err(Error::protocol("internal: chunk for an unknown table"));
+        };
+        let after = match &state.frontier {
+            Frontier::NotStarted => None,
+            Frontier::UpTo(key) => Some(key.clone()),
+            Frontier::Done => {
+                return Err(Error::protocol("internal: chunk for a table already done"));
+            }
+        };
+        let upto = match rows.last() {
+            Some(last) if !complete => Some(key_of(&state.key_columns, last)?),
+            _ => None,
+        };
+        state.frontier = match &upto {
+            Some(key) => Frontier::UpTo(key.clone()),
+            None => Frontier::Done,
+        };
+        state.chunks += 1;
+        state.rows += rows.len() as u64;
+        if until > self.processed {
+            state.windows.push(Window {
+                after,
+                upto,
+                snapshot,
+                until,
+            });
+        }
+        // Transactions before this anchor are visible in `snapshot`, and so in every later
+        // chunk's: they need no further check.
+        self.touched.retain(|(t, _)| *t != table);
+        Ok(())
+    }
+
+    /// Decides one streamed event: `Ok(Some(event))` to deliver (possibly reduced to the
+    /// half of an update that applies), `Ok(None)` to drop it.
+    pub fn on_event(&mut self, event: ChangeEvent) -> Result<Option<ChangeEvent>, Error> {
+        let position = event.position;
+        let kind = match event.kind {
+            EventKind::Begin(begin) => {
+                self.current_xid = Some(begin.xid);
+                EventKind::Begin(begin)
+            }
+            EventKind::Commit(commit) => {
+                self.current_xid = None;
+                self.processed = self.processed.max(commit.end_lsn);
+                self.close_windows();
+                EventKind::Commit(commit)
+            }
+            EventKind::Insert { table, new } => match self.decide_row(&table, &new)? {
+                Some(Side::Drop) => return Ok(None),
+                _ => EventKind::Insert { table, new },
+            },
+            EventKind::Delete { table, old } => {
+                let Some(index) = self.index_of(&table) else {
+                    return Ok(Some(ChangeEvent {
+                        position,
+                        kind: EventKind::Delete { table, old },
+                    }));
+                };
+                let Some(old_row) = &old else {
+                    return Err(no_old_key(&table.name));
+                };
+                match self.decide(index, &old_row.values)? {
+                    Side::Drop => return Ok(None),
+                    Side::Deliver => EventKind::Delete { table, old },
+                }
+            }
+            EventKind::Update { table, old, new } => {
+                let Some(index) = self.index_of(&table) else {
+                    return Ok(Some(ChangeEvent {
+                        position,
+                        kind: EventKind::Update { table, old, new },
+                    }));
+                };
+                let new_side = self.decide(index, &new)?;
+                // Without an old row the key did not change: both halves decide alike.
+                let old_side = match &old {
+                    Some(old_row) => self.decide(index, &old_row.values)?,
+                    None => new_side,
+                };
+                match (old_side, new_side) {
+                    (Side::Deliver, Side::Deliver) => EventKind::Update { table, old, new },
+                    (Side::Drop, Side::Drop) => return Ok(None),
+                    (Side::Deliver, Side::Drop) => EventKind::Delete { table, old },
+                    (Side::Drop, Side::Deliver) => insert_from_update(&table, new)
+                        .map(|new| EventKind::Insert { table, new })?,
+                }
+            }
+            EventKind::Truncate {
+                tables,
+                cascade,
+                restart_identity,
+            } => {
+                for table in &tables {
+                    if let Some(index) = self.index_of(table) {
+                        self.restart_table(index);
+                    }
+                }
+                EventKind::Truncate {
+                    tables,
+                    cascade,
+                    restart_identity,
+                }
+            }
+            other => other,
+        };
+        Ok(Some(ChangeEvent { position, kind }))
+    }
+
+    /// A TRUNCATE empties the sink's copy of a table being backfilled: its chunks start
+    /// over (windows of chunks read before it no longer describe what the sink holds).
+    fn restart_table(&mut self, index: usize) {
+        if let Some(state) = self.tables.get_mut(index)
+            && (state.frontier != Frontier::Done || !state.windows.is_empty())
+        {
+            state.frontier = Frontier::NotStarted;
+            state.windows.clear();
+        }
+    }
+
+    fn index_of(&self, table: &SchemaRef) -> Option<usize> {
+        self.tables.iter().position(|t| t.table == table.name)
+    }
+
+    fn decide_row(&mut self, table: &SchemaRef, row: &Row) -> Result<Option<Side>, Error> {
+        match self.index_of(table) {
+            Some(index) => self.decide(index, row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Rules 1–3 of the module documentation for the row `row` of table `index`.
+    fn decide(&mut self, index: usize, row: &Row) -> Result<Side, Error> {
+        let Some(state) = self.tables.get(index) else {
+            return Ok(Side::Deliver);
+        };
+        if state.frontier == Frontier::Done && state.windows.is_empty() {
+            return Ok(Side::Deliver);
+        }
+        let xid = self.current_xid.ok_or_else(|| {
+            Error::protocol("internal: a row change outside a transaction during a backfill")
+        })?;
+        if !self.touched.contains(&(index, xid)) {
+            self.touched.push((index, xid));
+        }
+        let key = key_of(&state.key_columns, row)?;
+        let covered = match &state.frontier {
+            Frontier::NotStarted => false,
+            Frontier::Done => true,
+            Frontier::UpTo(frontier) => {
+                state.order.compare(&key, frontier).map_err(order_error)? != Ordering::Greater
+            }
+        };
+        if !covered {
+            return Ok(Side::Drop);
+        }
+        for window in &state.windows {
+            let above = match &window.after {
+                None => true,
+                Some(after) => {
+                    state.order.compare(&key, after).map_err(order_error)? == Ordering::Greater
+                }
+            };
+            let below = match &window.upto {
+                None => true,
+                Some(upto) => {
+                    state.order.compare(&key, upto).map_err(order_error)? != Ordering::Greater
+                }
+            };
+            if above && below {
+                return Ok(if window.snapshot.is_visible_xid32(xid) {
+                    Side::Drop
+                } else {
+                    Side::Deliver
+                });
+            }
+        }
+        Ok(Side::Deliver)
+    }
+}
+
+fn order_error(e: super::key_order::KeyOrderError) -> Error {
+    Error::protocol(format!(
+        "comparing primary keys during an online snapshot: {e}"
+    ))
+}
+
+/// The key of `row`: its values at `key_columns`.
+pub fn key_of(key_columns: &[usize], row: &Row) -> Result<Key, Error> {
+    key_columns
+        .iter()
+        .map(|&i| match row.get(i) {
+            Some(Value::Null) | Some(Value::Unchanged) | None => Err(Error::protocol(format!(
+                "a row change without its primary key value (column {i}) during an online snapshot"
+            ))),
+            Some(value) => Ok(value.clone()),
+        })
+        .collect()
+}
+
+fn no_old_key(table: &TableName) -> Error {
+    Error::config(format!(
+        "a DELETE on {table} carried no old key: an online snapshot needs the table's replica \
+         identity to include its primary key (REPLICA IDENTITY DEFAULT or FULL)"
+    ))
+}
+
+/// An update whose old row the sink does not hold becomes an insert of the new row, which
+/// must then be complete.
+fn insert_from_update(table: &SchemaRef, new: Row) -> Result<Row, Error> {
+    if new.iter().any(|v| matches!(v, Value::Unchanged)) {
+        return Err(Error::config(format!(
+            "an UPDATE moved a row of {} into the backfilled key range without sending its \
+             unchanged TOASTed columns, so the row cannot be delivered whole; set REPLICA \
+             IDENTITY FULL on the table, or use the consistent snapshot mode",
+            table.name
+        )));
+    }
+    Ok(new)
+}
+
+#[cfg(test)]
+#[path = "merge_tests.rs"]
+mod tests;

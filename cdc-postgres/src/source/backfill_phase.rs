@@ -1,0 +1,631 @@
+//! The online snapshot while the stream runs: when to read the next chunks, reading them
+//! on ordinary connections, placing their rows in the stream with positions and markers,
+//! passing every streamed event through the merge, and the resume token's progress.
+//!
+//! The merge rules and why they hold are in `cdc_pgoutput::backfill::merge`. This module
+//! adds the I/O around it and the bookkeeping that makes the progress in a token match
+//! exactly the events the token covers, even when a batch ends in the middle of a chunk.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cdc_core::{
+    BackfillProgress, BackfillWindow, ChangeEvent, Error, EventKind, Lsn, Position, Result,
+    SnapshotMarker, TableBackfill,
+};
+use cdc_pgoutput::backfill::key_order::{KeyColumnOrder, KeyOrder};
+use cdc_pgoutput::backfill::merge::{Backfill, Frontier, Key, TableState, Window, key_of};
+use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
+use tokio_postgres::Client;
+
+use crate::catalog::{CatalogTable, KeyCollationInfo};
+use crate::conn::{ConnectionConfig, connect_sql};
+use crate::snapshot::{ChunkRead, read_chunk};
+
+/// Ordinals of snapshot rows and markers start here, above any ordinal a transaction's
+/// own events can have, so that rows placed between two transactions order after the
+/// earlier one's events (see [`BackfillPhase::anchor_position`]).
+const ANCHOR_ORDINAL_BASE: u64 = 1 << 62;
+
+/// How long to wait before reading a chunk again after its snapshot missed a transaction
+/// the stream already passed (a commit not yet visible, e.g. waiting for a synchronous
+/// standby), or after a reader's connection failed.
+const RETRY_DELAY: Duration = Duration::from_millis(50);
+
+/// Options of the online snapshot.
+#[derive(Clone, Debug)]
+pub(crate) struct BackfillOptions {
+    pub connection: ConnectionConfig,
+    pub chunk_rows: usize,
+    pub readers: usize,
+    pub in_recovery: bool,
+}
+
+/// One delivered chunk as the token needs it: which rows it put where.
+#[derive(Debug)]
+struct ChunkRecord {
+    table: usize,
+    /// Position of its `ChunkCompleted` marker (and `TableCompleted`, if any).
+    end: Position,
+    /// Each row's position and key (text form), in order.
+    rows: Vec<(Position, Vec<String>)>,
+    window: BackfillWindow,
+    complete: bool,
+}
+
+/// What changes the token's view of a table, in stream order.
+#[derive(Debug)]
+enum Step {
+    Chunk(ChunkRecord),
+    /// A TRUNCATE at this position started the table's backfill over.
+    Restart {
+        table: usize,
+        at: Position,
+    },
+}
+
+impl Step {
+    fn first_position(&self) -> Position {
+        match self {
+            Step::Chunk(chunk) => chunk.rows.first().map_or(chunk.end, |(p, _)| *p),
+            Step::Restart { at, .. } => *at,
+        }
+    }
+}
+
+/// The running online snapshot.
+#[derive(Debug)]
+pub(crate) struct BackfillPhase {
+    merge: Backfill,
+    /// Catalog entry of each backfilled table (same index as the merge's tables).
+    catalog: Vec<usize>,
+    tables: Arc<Vec<CatalogTable>>,
+    options: BackfillOptions,
+    readers: Vec<Client>,
+    /// Where the previous anchor put its rows, and the next ordinal there.
+    anchor_lsn: Lsn,
+    next_ordinal: u64,
+    /// The progress the last handed-out batch covers, and the steps after it.
+    covered: BackfillProgress,
+    steps: VecDeque<Step>,
+    not_before: Option<Instant>,
+}
+
+impl BackfillPhase {
+    /// A backfill of `tables` (catalog indexes into `catalog_tables`), starting where
+    /// `progress` says (a fresh start: every table not started), with the stream at
+    /// `processed` (where it starts) and the last handed-out position `after`.
+    pub(crate) fn new(
+        catalog_tables: Arc<Vec<CatalogTable>>,
+        progress: BackfillProgress,
+        processed: Lsn,
+        after: Option<Position>,
+        options: BackfillOptions,
+    ) -> Result<Self> {
+        let mut states = Vec::new();
+        let mut catalog = Vec::new();
+        let mut covered = BackfillProgress::default();
+        for entry in progress.tables {
+            let Some(index) = catalog_tables
+                .iter()
+                .position(|t| t.schema.name == entry.table)
+            else {
+                // No longer configured: it simply stops being delivered.
+                continue;
+            };
+            let Some(table) = catalog_tables.get(index) else {
+                continue;
+            };
+            let key_columns = key_columns(table)?;
+            let order = key_order(table)?;
+            let frontier = if entry.done {
+                Frontier::Done
+            } else {
+                match &entry.upto {
+                    None => Frontier::NotStarted,
+                    Some(text) => Frontier::UpTo(parse_key(table, text)?),
+                }
+            };
+            let mut windows = Vec::new();
+            for window in &entry.windows {
+                if window.until <= processed {
+                    continue;
+                }
+                windows.push(Window {
+                    after: window
+                        .after
+                        .as_ref()
+                        .map(|k| parse_key(table, k))
+                        .transpose()?,
+                    upto: window
+                        .upto
+                        .as_ref()
+                        .map(|k| parse_key(table, k))
+                        .transpose()?,
+                    snapshot: XidSnapshot::parse(&window.snapshot).map_err(|e| {
+                        Error::protocol(format!(
+                            "the resume token's backfill snapshot of {} is malformed: {e}",
+                            entry.table
+                        ))
+                    })?,
+                    until: window.until,
+                });
+            }
+            states.push(TableState {
+                table: entry.table.clone(),
+                key_columns,
+                order,
+                frontier,
+                windows,
+                chunks: entry.chunks,
+                rows: entry.rows,
+            });
+            catalog.push(index);
+            covered.tables.push(entry);
+        }
+        let (anchor_lsn, next_ordinal) = match after {
+            Some(p) if p.ordinal >= ANCHOR_ORDINAL_BASE => (p.commit_lsn, p.ordinal + 1),
+            _ => (Lsn::ZERO, ANCHOR_ORDINAL_BASE),
+        };
+        Ok(BackfillPhase {
+            merge: Backfill::new(states, processed),
+            catalog,
+            tables: catalog_tables,
+            options,
+            readers: Vec::new(),
+            anchor_lsn,
+            next_ordinal,
+            covered,
+            steps: VecDeque::new(),
+            not_before: None,
+        })
+    }
+
+    /// The progress of a fresh backfill of every table in `tables`.
+    pub(crate) fn fresh_progress(tables: &[CatalogTable]) -> BackfillProgress {
+        BackfillProgress {
+            tables: tables
+                .iter()
+                .map(|t| TableBackfill {
+                    table: t.schema.name.clone(),
+                    done: false,
+                    upto: None,
+                    chunks: 0,
+                    rows: 0,
+                    windows: Vec::new(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether chunks remain to be read and it is time to read them.
+    pub(crate) fn wants_chunk(&self) -> bool {
+        self.merge.pending_tables().next().is_some()
+            && self.not_before.is_none_or(|t| Instant::now() >= t)
+    }
+
+    /// Whether nothing is left to read or decide (the phase can end once the token's
+    /// progress says so too).
+    pub(crate) fn is_finished(&self) -> bool {
+        self.merge.is_finished() && self.steps.is_empty() && self.covered_is_finished()
+    }
+
+    fn covered_is_finished(&self) -> bool {
+        self.covered
+            .tables
+            .iter()
+            .all(|t| t.done && t.windows.is_empty())
+    }
+
+    /// Passes one streamed event through the merge: `Some` to deliver.
+    pub(crate) fn on_event(&mut self, event: ChangeEvent) -> Result<Option<ChangeEvent>> {
+        if let EventKind::Truncate { tables, .. } = &event.kind {
+            for table in tables {
+                if let Some(index) = self
+                    .merge
+                    .tables()
+                    .iter()
+                    .position(|t| t.table == table.name)
+                {
+                    self.steps.push_back(Step::Restart {
+                        table: index,
+                        at: event.position,
+                    });
+                }
+            }
+        }
+        self.merge.on_event(event)
+    }
+
+    /// The stream is idle up to `lsn`.
+    pub(crate) fn progress(&mut self, lsn: Lsn) {
+        self.merge.progress(lsn);
+    }
+
+    /// The position of the next row or marker placed at the current anchor: just before
+    /// the next transaction (whose commit LSN is at least the end of the last one
+    /// processed) and after every event already placed.
+    fn anchor_position(&mut self) -> Position {
+        let lsn = Lsn(self.merge.processed().0.saturating_sub(1));
+        if lsn != self.anchor_lsn {
+            self.anchor_lsn = lsn;
+            self.next_ordinal = ANCHOR_ORDINAL_BASE;
+        }
+        let position = Position::new(lsn, self.next_ordinal);
+        self.next_ordinal += 1;
+        position
+    }
+
+    /// Reads the next chunk of up to `readers` tables at once and places those whose
+    /// snapshot saw every transaction the stream already passed. Must be called between
+    /// transactions. Transient failures are retried later; others are returned.
+    pub(crate) async fn read_round(&mut self, out: &mut VecDeque<ChangeEvent>) -> Result<()> {
+        let wanted: Vec<usize> = self
+            .merge
+            .pending_tables()
+            .map(|(i, _)| i)
+            .take(self.options.readers.max(1))
+            .collect();
+        while self.readers.len() < wanted.len() {
+            match connect_sql(&self.options.connection).await {
+                Ok(client) => self.readers.push(client),
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(error = %e, "cannot open a connection for the online snapshot; retrying");
+                    self.not_before = Some(Instant::now() + RETRY_DELAY * 20);
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let tables = self.tables.clone();
+        let mut requests = Vec::with_capacity(wanted.len());
+        for &index in &wanted {
+            let (Some(state), Some(&catalog_index)) =
+                (self.merge.tables().get(index), self.catalog.get(index))
+            else {
+                continue;
+            };
+            let Some(table) = tables.get(catalog_index) else {
+                continue;
+            };
+            let after = match &state.frontier {
+                Frontier::UpTo(key) => Some(key_text(key)?),
+                _ => None,
+            };
+            requests.push((index, table, after));
+        }
+        let reads = futures::future::join_all(requests.iter().zip(&self.readers).map(
+            |((_, table, after), client)| {
+                read_chunk(
+                    client,
+                    table,
+                    after.as_deref(),
+                    self.options.chunk_rows.max(1),
+                    self.options.in_recovery,
+                )
+            },
+        ))
+        .await;
+        let mut retry = false;
+        let mut failed_connection = false;
+        for ((index, table, _), read) in requests.iter().zip(reads) {
+            let read = match read {
+                Ok(read) => read,
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(table = %table.schema.name, error = %e, "reading a snapshot chunk failed; retrying");
+                    failed_connection = true;
+                    retry = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if !self.place(*index, read, out)? {
+                retry = true;
+            }
+        }
+        if failed_connection {
+            self.readers.clear();
+        }
+        self.not_before = retry.then(|| Instant::now() + RETRY_DELAY);
+        Ok(())
+    }
+
+    /// Places one chunk at the anchor, or returns false when its snapshot missed a
+    /// transaction the stream already passed (the chunk is read again later).
+    fn place(
+        &mut self,
+        index: usize,
+        read: ChunkRead,
+        out: &mut VecDeque<ChangeEvent>,
+    ) -> Result<bool> {
+        let snapshot = XidSnapshot::parse(&read.snapshot).map_err(|e| {
+            Error::protocol(format!("the server returned a malformed snapshot: {e}"))
+        })?;
+        let missed = self.merge.invisible_before_anchor(index, &snapshot);
+        if !missed.is_empty() {
+            tracing::debug!(
+                ?missed,
+                "a chunk's snapshot does not yet show transactions the stream passed; reading it again"
+            );
+            return Ok(false);
+        }
+        let Some(state) = self.merge.tables().get(index) else {
+            return Ok(true);
+        };
+        let table = state.table.clone();
+        let chunk = state.chunks;
+        let first = state.chunks == 0;
+        let key_columns = state.key_columns.clone();
+        let after = match &state.frontier {
+            Frontier::UpTo(key) => Some(key_text(key)?),
+            _ => None,
+        };
+        let Some(schema) = self
+            .catalog
+            .get(index)
+            .and_then(|&c| self.tables.get(c))
+            .map(|t| t.schema.clone())
+        else {
+            return Ok(true);
+        };
+        if first {
+            let position = self.anchor_position();
+            out.push_back(ChangeEvent {
+                position,
+                kind: EventKind::Snapshot(SnapshotMarker::TableStarted(table.clone())),
+            });
+        }
+        let position = self.anchor_position();
+        out.push_back(ChangeEvent {
+            position,
+            kind: EventKind::Snapshot(SnapshotMarker::ChunkStarted {
+                table: table.clone(),
+                chunk,
+            }),
+        });
+        let mut rows = Vec::with_capacity(read.rows.len());
+        for row in &read.rows {
+            let position = self.anchor_position();
+            rows.push((position, key_text(&key_of(&key_columns, row)?)?));
+            out.push_back(ChangeEvent {
+                position,
+                kind: EventKind::Insert {
+                    table: schema.clone(),
+                    new: row.clone(),
+                },
+            });
+        }
+        let count = read.rows.len() as u64;
+        let position = self.anchor_position();
+        out.push_back(ChangeEvent {
+            position,
+            kind: EventKind::Snapshot(SnapshotMarker::ChunkCompleted {
+                table: table.clone(),
+                chunk,
+                rows: count,
+            }),
+        });
+        let mut end = position;
+        self.merge
+            .deliver_chunk(index, snapshot, read.until, &read.rows, read.complete)?;
+        if read.complete {
+            let total = self.merge.tables().get(index).map_or(0, |s| s.rows);
+            end = self.anchor_position();
+            out.push_back(ChangeEvent {
+                position: end,
+                kind: EventKind::Snapshot(SnapshotMarker::TableCompleted {
+                    table: table.clone(),
+                    rows: total,
+                }),
+            });
+        }
+        let upto = if read.complete {
+            None
+        } else {
+            rows.last().map(|(_, k)| k.clone())
+        };
+        self.steps.push_back(Step::Chunk(ChunkRecord {
+            table: index,
+            end,
+            rows,
+            window: BackfillWindow {
+                after,
+                upto,
+                snapshot: read.snapshot,
+                until: read.until,
+            },
+            complete: read.complete,
+        }));
+        Ok(true)
+    }
+
+    /// The progress a token covering everything up to `last` (and transactions up to
+    /// `commit_end`) carries; `None` once the backfill is over for that token.
+    pub(crate) fn progress_for(
+        &mut self,
+        last: Option<Position>,
+        commit_end: Option<Lsn>,
+    ) -> Option<BackfillProgress> {
+        let commit_end = commit_end.unwrap_or(Lsn::ZERO);
+        while let Some(step) = self.steps.front() {
+            if last.is_none_or(|l| step.first_position() > l) {
+                break;
+            }
+            let Some(step) = self.steps.pop_front() else {
+                break;
+            };
+            match step {
+                Step::Restart { table, .. } => {
+                    if let Some(entry) = self.covered.tables.get_mut(table) {
+                        entry.done = false;
+                        entry.upto = None;
+                        entry.windows.clear();
+                    }
+                }
+                Step::Chunk(chunk) => {
+                    let fully = last.is_some_and(|l| chunk.end <= l);
+                    let Some(entry) = self.covered.tables.get_mut(chunk.table) else {
+                        continue;
+                    };
+                    if fully {
+                        entry.chunks += 1;
+                        entry.rows += chunk.rows.len() as u64;
+                        entry.done = chunk.complete;
+                        entry.upto = chunk.window.upto.clone().or(entry.upto.take());
+                        entry.windows.push(chunk.window);
+                    } else {
+                        // The batch ends inside this chunk: the rows up to `last` are the
+                        // sink's; the rest is read again after a restart.
+                        let delivered: Vec<&(Position, Vec<String>)> = chunk
+                            .rows
+                            .iter()
+                            .take_while(|(p, _)| last.is_some_and(|l| *p <= l))
+                            .collect();
+                        if let Some((_, key)) = delivered.last() {
+                            let mut window = chunk.window.clone();
+                            window.upto = Some(key.clone());
+                            let mut partial = TableBackfill {
+                                table: entry.table.clone(),
+                                done: false,
+                                upto: Some(key.clone()),
+                                chunks: entry.chunks + 1,
+                                rows: entry.rows + delivered.len() as u64,
+                                windows: entry.windows.clone(),
+                            };
+                            partial.windows.push(window);
+                            // Not popped for good: later batches cover more of it.
+                            let result = self.snapshot_with(chunk.table, partial, commit_end);
+                            self.steps.push_front(Step::Chunk(chunk));
+                            return result;
+                        }
+                        self.steps.push_front(Step::Chunk(chunk));
+                        break;
+                    }
+                }
+            }
+        }
+        for entry in &mut self.covered.tables {
+            entry.windows.retain(|w| w.until > commit_end);
+        }
+        if self.covered_is_finished() {
+            None
+        } else {
+            Some(self.covered.clone())
+        }
+    }
+
+    /// The covered progress with `entry` in place of table `index`'s.
+    fn snapshot_with(
+        &self,
+        index: usize,
+        entry: TableBackfill,
+        commit_end: Lsn,
+    ) -> Option<BackfillProgress> {
+        let mut progress = self.covered.clone();
+        if let Some(slot) = progress.tables.get_mut(index) {
+            *slot = entry;
+        }
+        for entry in &mut progress.tables {
+            entry.windows.retain(|w| w.until > commit_end);
+        }
+        Some(progress)
+    }
+}
+
+/// Positions of `table`'s primary key columns in its rows.
+fn key_columns(table: &CatalogTable) -> Result<Vec<usize>> {
+    if table.schema.primary_key.is_empty() {
+        return Err(Error::config(format!(
+            "table {} has no primary key: the online snapshot reads tables in key order; \
+             add a primary key or use the consistent snapshot mode",
+            table.schema.name
+        )));
+    }
+    table
+        .schema
+        .primary_key
+        .iter()
+        .map(|name| {
+            table.schema.column_index(name).ok_or_else(|| {
+                Error::protocol(format!(
+                    "primary key column {name:?} of {} is not among its columns",
+                    table.schema.name
+                ))
+            })
+        })
+        .collect()
+}
+
+/// How `table`'s keys compare, or a Config error naming a key column whose order only the
+/// server knows.
+fn key_order(table: &CatalogTable) -> Result<KeyOrder> {
+    let columns = key_columns(table)?;
+    let mut orders = Vec::with_capacity(columns.len());
+    for (position, &index) in columns.iter().enumerate() {
+        let column = table.schema.columns.get(index);
+        let oid = column.map_or(0, |c| c.column_type.oid);
+        let collation = table
+            .key_collations
+            .get(position)
+            .cloned()
+            .unwrap_or(KeyCollationInfo::NotCollatable);
+        match KeyColumnOrder::for_column(oid, collation.as_key_collation()) {
+            Ok(order) => orders.push(order),
+            Err(why) => {
+                return Err(Error::config(format!(
+                    "the online snapshot cannot merge {} with the stream: its primary key column {:?} is a {why}; \
+                     use the consistent snapshot mode for it",
+                    table.schema.name,
+                    column.map_or("?", |c| c.name.as_str()),
+                )));
+            }
+        }
+    }
+    Ok(KeyOrder::new(orders))
+}
+
+/// A key in Postgres's text form, for queries and tokens.
+fn key_text(key: &Key) -> Result<Vec<String>> {
+    key.iter()
+        .map(|v| {
+            v.to_pg_text().ok_or_else(|| {
+                Error::protocol(format!(
+                    "a primary key value ({}) has no text form",
+                    v.kind_name()
+                ))
+            })
+        })
+        .collect()
+}
+
+/// A key from its text form (as [`key_text`] wrote it into a token).
+fn parse_key(table: &CatalogTable, text: &[String]) -> Result<Key> {
+    let columns = key_columns(table)?;
+    if columns.len() != text.len() {
+        return Err(Error::protocol(format!(
+            "the resume token's backfill key of {} has {} values, the primary key has {} columns",
+            table.schema.name,
+            text.len(),
+            columns.len()
+        )));
+    }
+    columns
+        .iter()
+        .zip(text)
+        .map(|(&index, value)| {
+            let Some(ty) = table.column_types.get(index) else {
+                return Err(Error::protocol("internal: key column without a type"));
+            };
+            cdc_pgoutput::types::decode_text(ty, &Bytes::copy_from_slice(value.as_bytes())).map_err(
+                |e| {
+                    Error::protocol(format!(
+                        "the resume token's backfill key of {} does not decode: {e}",
+                        table.schema.name
+                    ))
+                },
+            )
+        })
+        .collect()
+}
