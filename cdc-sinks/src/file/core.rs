@@ -8,11 +8,9 @@ use std::path::{Path, PathBuf};
 
 use cdc_core::{ChangeEvent, Error, EventKind, Position, ResumeToken, SnapshotMarker, TableName};
 
+use super::names::{MULTIPLEXED_FILE, is_data_file_name, legacy_table, table_file_name};
 use super::options::{CrashPoint, FileLayout, FileSinkOptions};
-use super::state::{
-    CHECKPOINT_TMP, CheckpointState, MULTIPLEXED_FILE, commit_temp, io_error, is_data_file_name,
-    sync_dir, table_file_name, write_temp,
-};
+use super::state::{CHECKPOINT_TMP, CheckpointState, commit_temp, io_error, sync_dir, write_temp};
 use crate::feldera::{FelderaEncoder, Frame, FrameSet, Framing};
 
 /// One data file and the bytes pending for it.
@@ -400,13 +398,15 @@ impl Core {
     }
 }
 
-/// Names of the files in `dir` that look like this sink's data files.
+/// Names of the files in `dir` that look like this sink's data files (of this version or,
+/// per table, an earlier one).
 fn data_files(dir: &Path, layout: FileLayout) -> Result<Vec<String>, Error> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir).map_err(|e| io_error("listing", dir, e))? {
         let entry = entry.map_err(|e| io_error("listing", dir, e))?;
         if let Some(name) = entry.file_name().to_str()
-            && is_data_file_name(name, layout)
+            && (is_data_file_name(name, layout)
+                || (layout == FileLayout::PerTable && legacy_table(name).is_some()))
         {
             out.push(name.to_owned());
         }

@@ -1,9 +1,10 @@
 //! Durable Feldera JSON files with exactly-once effect.
 //!
-//! The output directory holds the data files — one per table (`schema.table.json`, the
-//! form a Feldera file input reads directly) or one multiplexed `changes.json` — and the
-//! checkpoint file `pgcdc-checkpoint.json`, which records the [`ResumeToken`] together
-//! with the length of every data file at that checkpoint.
+//! The output directory holds the data files — one per table (named by
+//! [`table_file_name`], e.g. `public.orders.json`, the form a Feldera file input reads
+//! directly) or one multiplexed `changes.json` — and the checkpoint file
+//! `pgcdc-checkpoint.json`, which records the [`ResumeToken`] together with the length of
+//! every data file at that checkpoint.
 //!
 //! A checkpoint writes out pending bytes, fsyncs the data files, writes the checkpoint to
 //! a temporary file, fsyncs it, renames it over the previous one and fsyncs the
@@ -18,8 +19,13 @@
 //! writer stopped): bytes past them may still be withdrawn by a recovery.
 //!
 //! Only one writer may use a directory at a time; this is not enforced (no lock file).
+//!
+//! Per-table file names stay at most 255 bytes and distinct on case-insensitive
+//! filesystems: a name with upper-case letters (`"Orders"`) or too long for its readable
+//! form gets a readable prefix and a hash of the exact name (see [`table_file_name`]).
 
 mod core;
+mod names;
 mod options;
 mod state;
 
@@ -29,8 +35,9 @@ use cdc_core::{Ack, Acknowledger, Error, Result, ResumeToken, Sink, SinkBatch};
 use self::core::Core;
 use crate::feldera::PolicyCount;
 
+pub use names::{MULTIPLEXED_FILE, table_file_name};
 pub use options::{CrashInjection, CrashPoint, FileLayout, FileSinkOptions};
-pub use state::{CHECKPOINT_FILE, MULTIPLEXED_FILE, table_file_name};
+pub use state::CHECKPOINT_FILE;
 
 /// Feldera JSON files with checkpoints that make them exactly-once (see the module docs).
 ///
@@ -122,5 +129,7 @@ impl Sink for FelderaFileSink {
     }
 }
 
+#[cfg(test)]
+mod safety_tests;
 #[cfg(test)]
 mod tests;

@@ -1,11 +1,11 @@
-//! The checkpoint file stored next to the data files, file naming, and the fsync helpers.
+//! The checkpoint file stored next to the data files, and the fsync helpers.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::Path;
 
-use cdc_core::{Error, Position, ResumeToken, TableName};
+use cdc_core::{Error, Position, ResumeToken};
 use serde::{Deserialize, Serialize};
 
 use super::options::FileLayout;
@@ -15,8 +15,6 @@ use crate::feldera::Framing;
 pub const CHECKPOINT_FILE: &str = "pgcdc-checkpoint.json";
 /// Name of the temporary file the checkpoint is written to before the rename.
 pub(crate) const CHECKPOINT_TMP: &str = "pgcdc-checkpoint.json.tmp";
-/// Name of the data file of [`FileLayout::Multiplexed`].
-pub const MULTIPLEXED_FILE: &str = "changes.json";
 
 const STATE_FORMAT: u32 = 1;
 
@@ -113,85 +111,4 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), Error> {
 /// An I/O error as a sink error naming the operation and path.
 pub(crate) fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
     Error::sink(format!("{what} {} failed", path.display())).with_source(e)
-}
-
-/// The data file name of `table` under [`FileLayout::PerTable`]:
-/// `schema.name.json`, every byte outside `[A-Za-z0-9_-]` written as `%XX`.
-pub fn table_file_name(table: &TableName) -> String {
-    let mut out = String::with_capacity(table.schema.len() + table.name.len() + 6);
-    escape_part(&mut out, &table.schema);
-    out.push('.');
-    escape_part(&mut out, &table.name);
-    out.push_str(".json");
-    out
-}
-
-fn escape_part(out: &mut String, part: &str) {
-    for &b in part.as_bytes() {
-        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(char::from(b"0123456789ABCDEF"[usize::from(b >> 4)]));
-            out.push(char::from(b"0123456789ABCDEF"[usize::from(b & 0xF)]));
-        }
-    }
-}
-
-/// Whether `name` is a data file this sink could have written under `layout`.
-pub(crate) fn is_data_file_name(name: &str, layout: FileLayout) -> bool {
-    match layout {
-        FileLayout::Multiplexed => name == MULTIPLEXED_FILE,
-        FileLayout::PerTable => {
-            let Some(stem) = name.strip_suffix(".json") else {
-                return false;
-            };
-            let parts: Vec<&str> = stem.split('.').collect();
-            parts.len() == 2 && parts.iter().all(|p| is_escaped_part(p))
-        }
-    }
-}
-
-fn is_escaped_part(part: &str) -> bool {
-    let bytes = part.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        if b == b'%' {
-            let hex = |j: usize| {
-                bytes
-                    .get(j)
-                    .is_some_and(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(c))
-            };
-            if !(hex(i + 1) && hex(i + 2)) {
-                return false;
-            }
-            i += 3;
-        } else if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
-            i += 1;
-        } else {
-            return false;
-        }
-    }
-    true
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_file_names_are_escaped_and_recognized() {
-        let name = table_file_name(&TableName::new("public", "orders"));
-        assert_eq!(name, "public.orders.json");
-        let odd = table_file_name(&TableName::new("My Schema", "a.b/c%"));
-        assert_eq!(odd, "My%20Schema.a%2Eb%2Fc%25.json");
-        assert!(is_data_file_name(&name, FileLayout::PerTable));
-        assert!(is_data_file_name(&odd, FileLayout::PerTable));
-        assert!(!is_data_file_name(CHECKPOINT_FILE, FileLayout::PerTable));
-        assert!(!is_data_file_name(MULTIPLEXED_FILE, FileLayout::PerTable));
-        assert!(!is_data_file_name("notes.txt", FileLayout::PerTable));
-        assert!(is_data_file_name(MULTIPLEXED_FILE, FileLayout::Multiplexed));
-        assert!(!is_data_file_name(&name, FileLayout::Multiplexed));
-    }
 }

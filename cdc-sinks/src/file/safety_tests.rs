@@ -1,0 +1,157 @@
+//! Tests that the file sink touches only files it owns: it gives every table its own
+//! valid file name.
+
+use std::sync::Arc;
+
+use cdc_core::{ReplicaIdentity, SchemaRef, SinkBatch, TableName, Value};
+use proptest::prelude::*;
+
+use super::tests::{contents, feed, open, options};
+use super::*;
+use crate::testing::{self, batch, insert, pos, text};
+
+/// A table `schema.name` with an integer key `id` and a text column.
+fn named_table(schema: &str, name: &str) -> SchemaRef {
+    let base = testing::table(
+        "t",
+        &[("id", 23), ("note", 25)],
+        &["id"],
+        ReplicaIdentity::Default,
+    );
+    let mut table = (*base).clone();
+    table.name = TableName::new(schema, name);
+    Arc::new(table)
+}
+
+/// One transaction inserting one row into each of `tables`.
+fn insert_into(id: u64, tables: &[&SchemaRef]) -> SinkBatch {
+    let lsn = 10_000 + id * 100;
+    let mut events = vec![testing::begin(lsn)];
+    for (i, table) in tables.iter().enumerate() {
+        events.push(insert(
+            pos(lsn, 1 + i as u64),
+            table,
+            vec![Value::Int4(id as i32), text("row")],
+        ));
+    }
+    events.push(testing::commit(lsn, 1 + tables.len() as u64));
+    batch(id, events)
+}
+
+// ---- Every table gets its own valid file name ----
+
+#[test]
+fn tables_differing_only_in_case_get_names_distinct_under_case_folding() {
+    let upper = table_file_name(&TableName::new("public", "Orders"));
+    let lower = table_file_name(&TableName::new("public", "orders"));
+    assert_eq!(lower, "public.orders.json");
+    assert_ne!(upper.to_lowercase(), lower.to_lowercase());
+}
+
+#[test]
+fn the_longest_legal_non_ascii_names_fit_in_a_file_name() {
+    // 63 bytes each: Postgres' identifier limit.
+    let part = format!("{}x", "é".repeat(31));
+    assert_eq!(part.len(), 63);
+    let name = table_file_name(&TableName::new(part.clone(), part));
+    assert!(name.len() <= 255, "{} bytes: {name}", name.len());
+}
+
+#[tokio::test]
+async fn mixed_case_and_long_tables_each_get_their_own_file() {
+    let long = format!("{}x", "é".repeat(31));
+    let tables = [
+        named_table("public", "Orders"),
+        named_table("public", "orders"),
+        named_table(&long, &long),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sink, _) = open(options(dir.path())).await;
+    let refs: Vec<&SchemaRef> = tables.iter().collect();
+    feed(&mut sink, None, &[insert_into(1, &refs)])
+        .await
+        .unwrap();
+    let files = contents(dir.path());
+    assert_eq!(files.len(), 3, "{files:?}");
+    for table in &tables {
+        let name = table_file_name(&table.name);
+        assert_eq!(files[&name], "{\"insert\":{\"id\":1,\"note\":\"row\"}}\n");
+    }
+}
+
+/// One identifier part: letters of both cases (ASCII and not, including characters whose
+/// case folding is unusual), digits, punctuation the mapping escapes, up to 63 bytes.
+fn identifier() -> impl Strategy<Value = String> {
+    let chars = prop_oneof![
+        proptest::char::range('a', 'z'),
+        proptest::char::range('A', 'Z'),
+        proptest::char::range('0', '9'),
+        proptest::sample::select(vec![
+            '_', '-', '.', '%', '/', ' ', '~', '"', 'é', 'É', 'ß', 'ẞ', 'Ω', 'ω', 'K', 'ſ', 'İ',
+            'ı', '日', '🦀',
+        ]),
+    ];
+    proptest::collection::vec(chars, 0..64).prop_map(|chars| {
+        let mut out = String::new();
+        for c in chars {
+            if out.len() + c.len_utf8() > 63 {
+                break;
+            }
+            out.push(c);
+        }
+        out
+    })
+}
+
+/// A table name and another one: unrelated, or the same with its case changed.
+fn two_tables() -> impl Strategy<Value = (TableName, TableName)> {
+    (
+        identifier(),
+        identifier(),
+        identifier(),
+        identifier(),
+        0..4u8,
+    )
+        .prop_map(|(s1, n1, s2, n2, how)| {
+            let a = TableName::new(s1.clone(), n1.clone());
+            let b = match how {
+                0 => TableName::new(s2, n2),
+                1 => TableName::new(s1.to_uppercase(), n1.to_uppercase()),
+                2 => TableName::new(s1.to_lowercase(), n1.to_lowercase()),
+                _ => TableName::new(s1, n1.to_uppercase()),
+            };
+            (a, b)
+        })
+}
+
+/// Whether `file` is a name the per-table layout produces.
+fn accepted_in_a_checkpoint(file: &str) -> bool {
+    names::is_data_file_name(file, FileLayout::PerTable)
+}
+
+proptest! {
+    #[test]
+    fn distinct_tables_map_to_distinct_valid_file_names((a, b) in two_tables()) {
+        let (fa, fb) = (table_file_name(&a), table_file_name(&b));
+        for f in [&fa, &fb] {
+            prop_assert!(f.len() <= 255, "{} bytes: {f}", f.len());
+            prop_assert!(!f.contains('/') && !f.contains('\0'), "{f}");
+            // ASCII only, so Unicode case folding is ASCII case folding.
+            prop_assert!(f.is_ascii(), "{f}");
+            prop_assert!(accepted_in_a_checkpoint(f), "the checkpoint validation refuses {f}");
+        }
+        prop_assert_eq!(table_file_name(&a), fa.clone(), "the mapping is a function");
+        if a != b {
+            prop_assert_ne!(fa.to_lowercase(), fb.to_lowercase());
+            prop_assert_ne!(fa.to_uppercase(), fb.to_uppercase());
+        }
+    }
+
+    #[test]
+    fn any_string_maps_to_a_valid_file_name(schema in ".{0,100}", name in ".{0,100}") {
+        let f = table_file_name(&TableName::new(schema, name));
+        prop_assert!(f.len() <= 255 && f.is_ascii(), "{f}");
+        prop_assert!(!f.contains('/') && !f.contains('\0') && f != "." && f != "..", "{f}");
+        prop_assert!(accepted_in_a_checkpoint(&f), "the checkpoint validation refuses {f}");
+    }
+}
