@@ -1,14 +1,37 @@
-//! Tests that the file sink touches only files it owns: it gives every table its own
-//! valid file name.
+//! Tests that the file sink touches only files it owns: it refuses a checkpoint that names
+//! files pgcdc never writes, and gives every table its own valid file name.
 
 use std::sync::Arc;
 
-use cdc_core::{ReplicaIdentity, SchemaRef, SinkBatch, TableName, Value};
+use std::path::Path;
+
+use cdc_core::{ErrorKind, ReplicaIdentity, SchemaRef, SinkBatch, TableName, Value};
 use proptest::prelude::*;
 
-use super::tests::{contents, feed, open, options};
+use super::tests::{contents, feed, open, options, workload};
 use super::*;
+use crate::feldera::Framing;
 use crate::testing::{self, batch, insert, pos, text};
+
+/// Opens a sink on `options` and returns the error it fails with.
+async fn open_err(options: FileSinkOptions) -> Error {
+    match FelderaFileSink::new(options) {
+        Ok(mut sink) => match sink.open(Acknowledger::channel().0).await {
+            Ok(_) => panic!("the sink opened, it should have been refused"),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    }
+}
+
+/// Edits the checkpoint file of `dir` as JSON.
+fn edit_checkpoint(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = dir.join(CHECKPOINT_FILE);
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut json);
+    std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
+}
 
 /// A table `schema.name` with an integer key `id` and a text column.
 fn named_table(schema: &str, name: &str) -> SchemaRef {
@@ -36,6 +59,81 @@ fn insert_into(id: u64, tables: &[&SchemaRef]) -> SinkBatch {
     }
     events.push(testing::commit(lsn, 1 + tables.len() as u64));
     batch(id, events)
+}
+
+// ---- A checkpoint that names files pgcdc never writes is refused ----
+
+#[tokio::test]
+async fn a_checkpoint_naming_a_file_pgcdc_never_writes_is_refused() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let absolute = elsewhere.path().join("absolute.json");
+    let absolute = absolute.to_str().unwrap();
+    for name in [
+        "../escaped.json",
+        absolute,
+        "sub/dir.json",
+        "nul\0.json",
+        ".",
+        "..",
+        "",
+        "notes.txt",
+        MULTIPLEXED_FILE,
+        "public.orders.json/",
+    ] {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("out");
+        let (mut sink, _) = open(options(&dir)).await;
+        feed(&mut sink, None, &workload()[..1]).await.unwrap();
+        drop(sink);
+        edit_checkpoint(&dir, |json| json["files"][name] = 0.into());
+        let before = contents(&dir);
+
+        let err = open_err(options(&dir)).await;
+        assert_eq!(err.kind(), ErrorKind::Config, "{name:?}: {err}");
+        assert!(
+            err.message().contains(&format!("{name:?}"))
+                && err.message().contains("not one pgcdc wrote"),
+            "{name:?}: {err}"
+        );
+        assert!(!parent.path().join("escaped.json").exists(), "{name:?}");
+        assert!(!Path::new(absolute).exists(), "{name:?}");
+        assert!(!dir.join("sub").exists(), "{name:?}");
+        assert_eq!(contents(&dir), before, "{name:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_multiplexed_checkpoint_may_name_only_changes_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let multiplexed = FileSinkOptions {
+        layout: FileLayout::Multiplexed,
+        ..options(dir.path())
+    };
+    let (mut sink, _) = open(multiplexed.clone()).await;
+    feed(&mut sink, None, &workload()[..1]).await.unwrap();
+    drop(sink);
+    edit_checkpoint(dir.path(), |json| {
+        json["files"]["public.orders.json"] = 0.into()
+    });
+    let err = open_err(multiplexed).await;
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    assert!(err.message().contains("\"public.orders.json\""), "{err}");
+    assert!(!dir.path().join("public.orders.json").exists());
+}
+
+#[tokio::test]
+async fn a_checkpoint_whose_snapshot_start_names_a_foreign_file_is_refused() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("out");
+    let (mut sink, _) = open(options(&dir)).await;
+    feed(&mut sink, None, &workload()[..1]).await.unwrap();
+    drop(sink);
+    edit_checkpoint(&dir, |json| {
+        json["snapshot_start"] = serde_json::json!({ "../escaped.json": 0 })
+    });
+    let err = open_err(options(&dir)).await;
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    assert!(err.message().contains("\"../escaped.json\""), "{err}");
 }
 
 // ---- Every table gets its own valid file name ----
@@ -124,9 +222,11 @@ fn two_tables() -> impl Strategy<Value = (TableName, TableName)> {
         })
 }
 
-/// Whether `file` is a name the per-table layout produces.
+/// Whether a per-table checkpoint listing `file` passes the validation at `open`.
 fn accepted_in_a_checkpoint(file: &str) -> bool {
-    names::is_data_file_name(file, FileLayout::PerTable)
+    let mut state = state::CheckpointState::empty(FileLayout::PerTable, Framing::Lines);
+    state.files.insert(file.to_owned(), 0);
+    state.check_names(Path::new(CHECKPOINT_FILE)).is_ok()
 }
 
 proptest! {

@@ -1,4 +1,5 @@
-//! The checkpoint file stored next to the data files, and the fsync helpers.
+//! The checkpoint file stored next to the data files: what it records, reading and
+//! checking it, and the fsync helpers.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -8,6 +9,7 @@ use std::path::Path;
 use cdc_core::{Error, Position, ResumeToken};
 use serde::{Deserialize, Serialize};
 
+use super::names::{is_data_file_name, legacy_table, table_file_name};
 use super::options::FileLayout;
 use crate::feldera::Framing;
 
@@ -54,7 +56,9 @@ impl CheckpointState {
         }
     }
 
-    /// Reads the checkpoint of `dir`, `None` when there is none.
+    /// Reads the checkpoint of `dir`, `None` when there is none. Refuses
+    /// ([`cdc_core::ErrorKind::Config`]) a checkpoint that names a file pgcdc never writes
+    /// (see [`CheckpointState::check_names`]).
     pub(crate) fn read(dir: &Path) -> Result<Option<Self>, Error> {
         let path = dir.join(CHECKPOINT_FILE);
         let text = match fs::read_to_string(&path) {
@@ -76,7 +80,38 @@ impl CheckpointState {
                 state.format
             )));
         }
+        state.check_names(&path)?;
         Ok(Some(state))
+    }
+
+    /// Checks that every file name the checkpoint lists (lengths, snapshot start) is one pgcdc writes under the checkpoint's layout, so that no name joined
+    /// onto the directory can reach a file outside it or one pgcdc does not own. `path`
+    /// is the checkpoint's, for the message.
+    pub(super) fn check_names(&self, path: &Path) -> Result<(), Error> {
+        let names = self
+            .files
+            .keys()
+            .chain(self.snapshot_start.iter().flat_map(|s| s.keys()));
+        for name in names {
+            if is_data_file_name(name, self.layout) {
+                continue;
+            }
+            if self.layout == FileLayout::PerTable
+                && let Some(table) = legacy_table(name)
+            {
+                return Err(Error::config(format!(
+                    "checkpoint file {} lists data file {name:?}, the name earlier pgcdc versions gave table {table}; this version writes that table to {:?}, so that tables whose names differ only in case get different files on case-insensitive filesystems: start over in an empty directory (and point the consumer at the new name), or keep using the earlier pgcdc for this directory",
+                    path.display(),
+                    table_file_name(&table)
+                )));
+            }
+            return Err(Error::config(format!(
+                "checkpoint file {} lists data file {name:?}, which pgcdc never writes under the {:?} layout: the checkpoint is not one pgcdc wrote (tampered with or damaged); restore the original or start over in an empty directory",
+                path.display(),
+                self.layout
+            )));
+        }
+        Ok(())
     }
 
     /// Serialized form.
