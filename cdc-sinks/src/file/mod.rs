@@ -18,14 +18,31 @@
 //! A consumer must read only up to the lengths in the checkpoint file (or only after the
 //! writer stopped): bytes past them may still be withdrawn by a recovery.
 //!
-//! Only one writer may use a directory at a time; this is not enforced (no lock file).
+//! # Files pgcdc owns, and what it refuses
+//!
+//! The sink writes, truncates or removes only files it created itself:
+//! - Before it creates a data file, it records the name in the checkpoint file as pending
+//!   (durably), then creates the file exclusively. Recovery removes exactly the pending
+//!   files no checkpoint covers; other files in the directory, whatever their names, are
+//!   never touched.
+//! - A checkpoint that lists a name pgcdc never writes under its layout (a path, `..`,
+//!   anything but `changes.json` for the multiplexed layout or a name [`table_file_name`]
+//!   can produce) is refused as not one pgcdc wrote.
+//! - Symbolic links are never followed: new files are created exclusively, existing ones
+//!   opened with `O_NOFOLLOW`, the checkpoint replaced by an exclusively created
+//!   temporary file and a rename. A link, a FIFO or any other non-regular file at one of
+//!   pgcdc's names is an error naming it. (The directory itself may be a link.)
+//! - Only one writer may use a directory at a time; this is not enforced (no lock file).
 //!
 //! Per-table file names stay at most 255 bytes and distinct on case-insensitive
 //! filesystems: a name with upper-case letters (`"Orders"`) or too long for its readable
 //! form gets a readable prefix and a hash of the exact name (see [`table_file_name`]).
+//! A directory whose checkpoint lists the readable upper-case names of earlier versions
+//! is refused with the new name to use.
 
 mod core;
 mod names;
+mod no_follow;
 mod options;
 mod state;
 

@@ -1,14 +1,16 @@
 //! Tests that the file sink touches only files it owns: it refuses a checkpoint that names
-//! files pgcdc never writes, and gives every table its own valid file name.
+//! files pgcdc never writes, never removes a file it did not create, never writes through
+//! a symbolic link, and gives every table its own valid file name.
 
 use std::sync::Arc;
 
+use std::os::unix::fs::symlink;
 use std::path::Path;
 
 use cdc_core::{ErrorKind, ReplicaIdentity, SchemaRef, SinkBatch, TableName, Value};
 use proptest::prelude::*;
 
-use super::tests::{contents, feed, open, options, workload};
+use super::tests::{contents, feed, open, options, reference, workload};
 use super::*;
 use crate::feldera::Framing;
 use crate::testing::{self, batch, insert, pos, text};
@@ -134,6 +136,178 @@ async fn a_checkpoint_whose_snapshot_start_names_a_foreign_file_is_refused() {
     let err = open_err(options(&dir)).await;
     assert_eq!(err.kind(), ErrorKind::Config, "{err}");
     assert!(err.message().contains("\"../escaped.json\""), "{err}");
+}
+
+// ---- Files the checkpoint does not name as ours are never removed ----
+
+#[tokio::test]
+async fn resume_keeps_files_the_checkpoint_does_not_name() {
+    let batches = workload();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sink, _) = open(options(dir.path())).await;
+    feed(&mut sink, None, &batches[..2]).await.unwrap();
+    drop(sink);
+    let foreign = [
+        ("tsconfig.base.json", "{\"compilerOptions\":{}}"),
+        ("notes.v2.json", "[]"),
+        ("public.other.json", "someone else's"),
+    ];
+    for (name, text) in foreign {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let (mut sink, token) = open(options(dir.path())).await;
+    feed(&mut sink, token.as_ref(), &batches).await.unwrap();
+    drop(sink);
+    let (_sink, _) = open(options(dir.path())).await;
+    let mut expected = reference(&batches).await;
+    for (name, text) in foreign {
+        expected.insert(name.to_owned(), text.to_owned());
+    }
+    assert_eq!(contents(dir.path()), expected);
+}
+
+#[tokio::test]
+async fn a_data_file_created_after_the_checkpoint_is_removed_at_recovery() {
+    let (orders, log) = (
+        named_table("public", "orders"),
+        named_table("public", "log"),
+    );
+    let first = insert_into(1, &[&orders]);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sink, _) = open(options(dir.path())).await;
+    feed(&mut sink, None, std::slice::from_ref(&first))
+        .await
+        .unwrap();
+    // A new table's file is created, written and never checkpointed.
+    sink.write(insert_into(2, &[&orders, &log])).await.unwrap();
+    assert!(dir.path().join("public.log.json").exists());
+    drop(sink);
+    let (_sink, token) = open(options(dir.path())).await;
+    assert_eq!(token.as_ref(), Some(&first.resume_token));
+    assert_eq!(
+        contents(dir.path()),
+        reference(std::slice::from_ref(&first)).await
+    );
+}
+
+#[tokio::test]
+async fn a_foreign_file_where_a_new_data_file_goes_is_neither_written_nor_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sink, _) = open(options(dir.path())).await;
+    // Appears after the checkpoint was created, before the table's first change.
+    std::fs::write(dir.path().join("public.orders.json"), "not ours").unwrap();
+    let err = feed(&mut sink, None, &workload()[..1]).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    assert!(err.message().contains("public.orders.json"), "{err}");
+    drop(sink);
+    let (_sink, _) = open(options(dir.path())).await;
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("public.orders.json")).unwrap(),
+        "not ours"
+    );
+}
+
+// ---- Symbolic links are never followed ----
+
+#[tokio::test]
+async fn a_symlink_at_a_checkpointed_data_file_is_refused() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let victim = elsewhere.path().join("victim.txt");
+    std::fs::write(
+        &victim,
+        "precious, and longer than any checkpointed length ".repeat(20),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sink, _) = open(options(dir.path())).await;
+    feed(&mut sink, None, &workload()[..1]).await.unwrap();
+    drop(sink);
+    let data = dir.path().join("public.orders.json");
+    std::fs::remove_file(&data).unwrap();
+    symlink(&victim, &data).unwrap();
+
+    let err = open_err(options(dir.path())).await;
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    assert!(
+        err.message().contains("public.orders.json") && err.message().contains("symbolic link"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "precious, and longer than any checkpointed length ".repeat(20)
+    );
+}
+
+#[tokio::test]
+async fn a_symlink_where_a_new_data_file_goes_is_refused() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let victim = elsewhere.path().join("victim.txt");
+    std::fs::write(&victim, "precious").unwrap();
+    let missing = elsewhere.path().join("missing.txt");
+    for target in [&victim, &missing] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut sink, _) = open(options(dir.path())).await;
+        symlink(target, dir.path().join("public.orders.json")).unwrap();
+        let err = feed(&mut sink, None, &workload()[..1]).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+        assert!(err.message().contains("public.orders.json"), "{err}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(!missing.exists());
+    }
+}
+
+#[tokio::test]
+async fn a_symlink_at_the_checkpoint_name_is_refused() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    // A dangling link, and a link to a valid checkpoint of another directory.
+    let dangling = elsewhere.path().join("missing.json");
+    let other = tempfile::tempdir().unwrap();
+    let (sink, _) = open(options(other.path())).await;
+    drop(sink);
+    let valid = other.path().join(CHECKPOINT_FILE);
+    let valid_text = std::fs::read_to_string(&valid).unwrap();
+    for target in [&dangling, &valid] {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join(CHECKPOINT_FILE);
+        symlink(target, &link).unwrap();
+        let err = open_err(options(dir.path())).await;
+        assert_eq!(err.kind(), ErrorKind::Config, "{target:?}: {err}");
+        assert!(
+            err.message().contains(CHECKPOINT_FILE) && err.message().contains("symbolic link"),
+            "{err}"
+        );
+        assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+        assert!(!dangling.exists());
+        assert_eq!(std::fs::read_to_string(&valid).unwrap(), valid_text);
+    }
+}
+
+#[tokio::test]
+async fn a_symlink_at_the_temporary_checkpoint_name_is_not_written_through() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let victim = elsewhere.path().join("victim.txt");
+    std::fs::write(&victim, "precious").unwrap();
+    let batches = workload();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut sink, _) = open(options(dir.path())).await;
+    symlink(&victim, dir.path().join(state::CHECKPOINT_TMP)).unwrap();
+    let err = feed(&mut sink, None, &batches[..1]).await.unwrap_err();
+    assert!(err.message().contains(state::CHECKPOINT_TMP), "{err}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    assert!(
+        !dir.path()
+            .join(CHECKPOINT_FILE)
+            .symlink_metadata()
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    drop(sink);
+    // Recovery removes the stray link (the name is pgcdc's own) and carries on.
+    let (mut sink, token) = open(options(dir.path())).await;
+    feed(&mut sink, token.as_ref(), &batches).await.unwrap();
+    assert_eq!(contents(dir.path()), reference(&batches).await);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
 }
 
 // ---- Every table gets its own valid file name ----
