@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use cdc_core::{ChangeEvent, Error, EventKind, Position, ResumeToken, SnapshotMarker, TableName};
 
+use super::lock::DirLock;
 use super::names::{MULTIPLEXED_FILE, is_data_file_name, legacy_table, table_file_name};
 use super::no_follow::{self, Access};
 use super::options::{CrashInjection, CrashPoint, FileLayout, FileSinkOptions};
@@ -135,17 +136,21 @@ pub(crate) struct Core {
     broken: bool,
     /// Replayed events skipped because their position was already applied.
     pub(crate) skipped: u64,
+    /// Keeps other writers out of the directory while this core exists.
+    _lock: DirLock,
 }
 
 impl Core {
-    /// Opens `options.dir`: creates it if needed, reads the checkpoint,
+    /// Opens `options.dir`: creates it if needed, locks it, reads the checkpoint,
     /// truncates every data file back to its checkpointed length and removes the data
     /// files created after it (those the checkpoint records as pending, and only those).
     /// Touches no file pgcdc did not create: a foreign, linked or special file at one of
-    /// its names, or a checkpoint naming files pgcdc never writes is an error.
+    /// its names, a checkpoint naming files pgcdc never writes, or a directory another
+    /// sink holds is an error.
     pub(crate) fn open(options: FileSinkOptions) -> Result<(Core, Option<ResumeToken>), Error> {
         let dir = options.dir.clone();
         fs::create_dir_all(&dir).map_err(|e| io_error("creating directory", &dir, e))?;
+        let lock = DirLock::acquire(&dir)?;
         remove_stale_temp(&dir)?;
         let mut durable = match CheckpointState::read(&dir)? {
             Some(state) => {
@@ -254,6 +259,7 @@ impl Core {
             applied_through,
             broken: false,
             skipped: 0,
+            _lock: lock,
         };
         Ok((core, token))
     }

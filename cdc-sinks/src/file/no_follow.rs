@@ -24,6 +24,8 @@ pub(crate) enum Access {
     Read,
     /// Append (data files).
     Append,
+    /// Read and write at any position, created if missing (the lock file).
+    ReadWriteCreate,
 }
 
 /// Opens the regular file at `path`. `Ok(None)`: nothing is there (and `access` does not
@@ -38,6 +40,9 @@ pub(crate) fn open_regular(path: &Path, access: Access) -> Result<Option<File>, 
         }
         Access::Append => {
             options.append(true);
+        }
+        Access::ReadWriteCreate => {
+            options.read(true).write(true).create(true);
         }
     }
     match options.open(path) {
@@ -132,7 +137,7 @@ mod tests {
         std::fs::write(&target, "precious").unwrap();
         let link = dir.path().join("link");
         symlink(&target, &link).unwrap();
-        for access in [Access::Read, Access::Append] {
+        for access in [Access::Read, Access::Append, Access::ReadWriteCreate] {
             let err = open_regular(&link, access).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Config);
             assert!(err.message().contains("symbolic link"), "{err}");

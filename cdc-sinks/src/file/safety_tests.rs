@@ -1,11 +1,11 @@
 //! Tests that the file sink touches only files it owns: it refuses a checkpoint that names
 //! files pgcdc never writes, never removes a file it did not create, never writes through
-//! a symbolic link, and gives every table its own valid file name.
-
-use std::sync::Arc;
+//! a symbolic link, refuses a second writer on the directory, and gives every table its
+//! own valid file name.
 
 use std::os::unix::fs::symlink;
 use std::path::Path;
+use std::sync::Arc;
 
 use cdc_core::{ErrorKind, ReplicaIdentity, SchemaRef, SinkBatch, TableName, Value};
 use proptest::prelude::*;
@@ -308,6 +308,24 @@ async fn a_symlink_at_the_temporary_checkpoint_name_is_not_written_through() {
     feed(&mut sink, token.as_ref(), &batches).await.unwrap();
     assert_eq!(contents(dir.path()), reference(&batches).await);
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+}
+
+// ---- One writer per directory ----
+
+#[tokio::test]
+async fn a_second_sink_on_one_directory_is_refused_with_the_holders_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, _) = open(options(dir.path())).await;
+    // The same process: the lock belongs to the first sink's open file, not the process.
+    let err = open_err(options(dir.path())).await;
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    assert!(
+        err.message()
+            .contains(&format!("pid {}", std::process::id())),
+        "{err}"
+    );
+    drop(first);
+    let (_second, _) = open(options(dir.path())).await;
 }
 
 // ---- Every table gets its own valid file name ----
