@@ -360,8 +360,9 @@ impl Core {
                     self.outputs.created = true;
                 }
                 Err(e) => {
-                    // Something appeared at the name since the check: it is not ours, so
-                    // withdraw the record that would let recovery remove it.
+                    // No file was created, or something appeared at the name since the
+                    // check, which is not ours: withdraw the record that would let
+                    // recovery remove whatever is there.
                     let mut pending = self.durable.pending.clone();
                     pending.remove(&name);
                     let state = CheckpointState {

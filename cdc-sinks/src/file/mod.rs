@@ -20,11 +20,14 @@
 //!
 //! # Files pgcdc owns, and what it refuses
 //!
-//! The sink writes, truncates or removes only files it created itself:
+//! The sink writes, truncates or removes only its own files: the lock file, the checkpoint
+//! file and its temporary file, and the data files its checkpoint names.
 //! - Before it creates a data file, it records the name in the checkpoint file as pending
 //!   (durably), then creates the file exclusively. Recovery removes exactly the pending
 //!   files no checkpoint covers; other files in the directory, whatever their names, are
-//!   never touched.
+//!   never touched. (A checkpoint edited to name another file of the directory under a
+//!   name pgcdc could write would still make pgcdc treat it as its own: give pgcdc a
+//!   directory of its own.)
 //! - A checkpoint that lists a name pgcdc never writes under its layout (a path, `..`,
 //!   anything but `changes.json` for the multiplexed layout or a name [`table_file_name`]
 //!   can produce) is refused as not one pgcdc wrote.
