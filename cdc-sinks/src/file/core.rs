@@ -1,24 +1,26 @@
 //! The synchronous heart of the file sink: recovery at open, appending batches, and the
 //! checkpoint protocol. Runs on a blocking thread; the async sink only moves it there.
 
-use std::collections::{BTreeMap, HashMap};
-use std::fs::{self, File, OpenOptions};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use cdc_core::{ChangeEvent, Error, EventKind, Position, ResumeToken, SnapshotMarker, TableName};
 
-use super::options::{CrashPoint, FileLayout, FileSinkOptions};
-use super::state::{
-    CHECKPOINT_TMP, CheckpointState, MULTIPLEXED_FILE, commit_temp, io_error, is_data_file_name,
-    sync_dir, table_file_name, write_temp,
-};
+use super::lock::DirLock;
+use super::names::{MULTIPLEXED_FILE, is_data_file_name, legacy_table, table_file_name};
+use super::no_follow::{self, Access};
+use super::options::{CrashInjection, CrashPoint, FileLayout, FileSinkOptions};
+use super::state::{CheckpointState, io_error, remove_stale_temp, replace_checkpoint, sync_dir};
 use crate::feldera::{FelderaEncoder, Frame, FrameSet, Framing};
 
 /// One data file and the bytes pending for it.
 #[derive(Debug)]
 struct Output {
-    file: File,
+    /// `None` until the file is created: a table's first rows only reserve a frame, and
+    /// [`Core::create_new_files`] creates the file once its name is recorded.
+    file: Option<File>,
     path: PathBuf,
     /// Bytes handed to the OS (the file's length).
     len: u64,
@@ -40,31 +42,16 @@ struct Outputs {
 }
 
 impl Outputs {
-    fn open_output(&mut self, name: &str, len: u64) -> Result<&mut Output, Error> {
-        if !self.files.contains_key(name) {
-            let path = self.dir.join(name);
-            let file = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .map_err(|e| io_error("opening", &path, e))?;
-            if len == 0 {
-                self.created = true;
-            }
-            self.files.insert(
-                name.to_owned(),
-                Output {
-                    file,
-                    path,
-                    len,
-                    dirty: false,
-                    frame: Frame::new(self.framing),
-                },
-            );
-        }
-        self.files
-            .get_mut(name)
-            .ok_or_else(|| Error::sink("internal: data file vanished"))
+    /// The output `name`, added (with its file not yet created) if new.
+    fn output(&mut self, name: &str) -> &mut Output {
+        let (dir, framing) = (&self.dir, self.framing);
+        self.files.entry(name.to_owned()).or_insert_with(|| Output {
+            file: None,
+            path: dir.join(name),
+            len: 0,
+            dirty: false,
+            frame: Frame::new(framing),
+        })
     }
 
     /// Current length of each file including bytes not yet written out.
@@ -83,6 +70,13 @@ impl Outputs {
                 continue;
             }
             out.file
+                .as_mut()
+                .ok_or_else(|| {
+                    Error::sink(format!(
+                        "internal: {} was written to before it was created",
+                        out.path.display()
+                    ))
+                })?
                 .write_all(out.frame.bytes())
                 .map_err(|e| io_error("writing", &out.path, e))?;
             out.len += out.frame.bytes().len() as u64;
@@ -118,7 +112,7 @@ impl FrameSet for Outputs {
                 }
             },
         };
-        Ok(&mut self.open_output(&name, 0)?.frame)
+        Ok(&mut self.output(&name).frame)
     }
 
     fn end_transaction(&mut self) {
@@ -142,16 +136,23 @@ pub(crate) struct Core {
     broken: bool,
     /// Replayed events skipped because their position was already applied.
     pub(crate) skipped: u64,
+    /// Keeps other writers out of the directory while this core exists.
+    _lock: DirLock,
 }
 
 impl Core {
-    /// Opens `options.dir`: creates it if needed, reads the checkpoint, truncates every
-    /// data file back to its checkpointed length and removes data files created after it.
+    /// Opens `options.dir`: creates it if needed, locks it, reads the checkpoint,
+    /// truncates every data file back to its checkpointed length and removes the data
+    /// files created after it (those the checkpoint records as pending, and only those).
+    /// Touches no file pgcdc did not create: a foreign, linked or special file at one of
+    /// its names, a checkpoint naming files pgcdc never writes, or a directory another
+    /// sink holds is an error.
     pub(crate) fn open(options: FileSinkOptions) -> Result<(Core, Option<ResumeToken>), Error> {
         let dir = options.dir.clone();
         fs::create_dir_all(&dir).map_err(|e| io_error("creating directory", &dir, e))?;
-        let _ = fs::remove_file(dir.join(CHECKPOINT_TMP));
-        let durable = match CheckpointState::read(&dir)? {
+        let lock = DirLock::acquire(&dir)?;
+        remove_stale_temp(&dir)?;
+        let mut durable = match CheckpointState::read(&dir)? {
             Some(state) => {
                 if state.layout != options.layout || state.framing != options.framing {
                     return Err(Error::config(format!(
@@ -173,9 +174,7 @@ impl Core {
                     )));
                 }
                 let state = CheckpointState::empty(options.layout, options.framing);
-                write_temp(&dir, &state.to_json()?)?;
-                commit_temp(&dir)?;
-                sync_dir(&dir)?;
+                replace_checkpoint(&dir, &state.to_json()?, |_| Ok(()))?;
                 state
             }
         };
@@ -187,37 +186,66 @@ impl Core {
             names: HashMap::new(),
             created: false,
         };
-        for name in data_files(&dir, options.layout)? {
-            if !durable.files.contains_key(&name) {
-                let path = dir.join(&name);
-                tracing::info!(file = %path.display(), "removing data file written after the last checkpoint");
-                fs::remove_file(&path).map_err(|e| io_error("removing", &path, e))?;
+        // Created after the checkpoint: the name was recorded before the file was
+        // created, so whatever is there is pgcdc's (a link is removed, not its target).
+        for name in durable
+            .pending
+            .difference(&durable.files.keys().cloned().collect())
+        {
+            let path = dir.join(name);
+            match fs::remove_file(&path) {
+                Ok(()) => {
+                    tracing::info!(file = %path.display(), "removing data file created after the last checkpoint");
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_error("removing", &path, e)),
             }
         }
         for (name, &len) in &durable.files {
             let path = dir.join(name);
-            let actual = match fs::metadata(&path) {
-                Ok(m) => m.len(),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-                Err(e) => return Err(io_error("inspecting", &path, e)),
+            let file = match no_follow::open_regular(&path, Access::Append)? {
+                Some(file) => file,
+                // An empty file whose creation no longer shows: nothing is lost.
+                None if len == 0 => no_follow::create_new(&path)?,
+                None => {
+                    return Err(Error::sink(format!(
+                        "data file {} is missing, though its checkpoint says it holds {len} bytes: it was removed outside pgcdc and checkpointed data is lost; start over in an empty directory",
+                        path.display()
+                    )));
+                }
             };
+            let actual = file
+                .metadata()
+                .map_err(|e| io_error("inspecting", &path, e))?
+                .len();
             if actual < len {
                 return Err(Error::sink(format!(
                     "data file {} is shorter ({actual} bytes) than its checkpoint says ({len} bytes): it was modified outside pgcdc and checkpointed data is lost; start over in an empty directory",
                     path.display()
                 )));
             }
-            let out = outputs.open_output(name, len)?;
             if actual > len {
                 tracing::info!(file = %path.display(), dropped = actual - len, "truncating data written after the last checkpoint");
-                out.file
-                    .set_len(len)
-                    .and_then(|()| out.file.sync_all())
+                file.set_len(len)
+                    .and_then(|()| file.sync_all())
                     .map_err(|e| io_error("truncating", &path, e))?;
             }
+            let out = outputs.output(name);
+            out.file = Some(file);
+            out.len = len;
         }
         sync_dir(&dir)?;
-        outputs.created = false;
+        if !durable.pending.is_empty() {
+            // Their files are gone (durably: the directory is synced), so the names no
+            // longer need recording; a stale record could later remove a file someone
+            // else made under that name.
+            let state = CheckpointState {
+                pending: BTreeSet::new(),
+                ..durable.clone()
+            };
+            replace_checkpoint(&dir, &state.to_json()?, |_| Ok(()))?;
+            durable = state;
+        }
         let token = durable.token.clone();
         let applied_through = durable
             .applied_through
@@ -231,6 +259,7 @@ impl Core {
             applied_through,
             broken: false,
             skipped: 0,
+            _lock: lock,
         };
         Ok((core, token))
     }
@@ -278,11 +307,75 @@ impl Core {
             }
             applied = Some(event.position);
         }
-        if let Err(e) = self.outputs.write_out() {
-            self.broken = true;
-            return Err(e);
-        }
+        self.write_out()?;
         self.applied_through = applied;
+        Ok(())
+    }
+
+    /// Creates the files of new outputs, then writes every frame's pending bytes to its
+    /// file. A failure leaves the sink broken.
+    fn write_out(&mut self) -> Result<(), Error> {
+        let result = self
+            .create_new_files()
+            .and_then(|()| self.outputs.write_out());
+        if result.is_err() {
+            self.broken = true;
+        }
+        result
+    }
+
+    /// Creates the files of outputs that have none yet. Each name is first checked to be
+    /// free and recorded as pending in the checkpoint file (durably), and only then is the
+    /// file created, exclusively: recovery may remove every pending file, so it must never
+    /// be one pgcdc did not create. Nothing already at the name is touched.
+    fn create_new_files(&mut self) -> Result<(), Error> {
+        let new: Vec<String> = self
+            .outputs
+            .files
+            .iter()
+            .filter(|(_, out)| out.file.is_none())
+            .map(|(name, _)| name.clone())
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        for name in &new {
+            no_follow::ensure_absent(&self.outputs.dir.join(name))?;
+        }
+        if !new.iter().all(|n| self.durable.pending.contains(n)) {
+            let mut pending = self.durable.pending.clone();
+            pending.extend(new.iter().cloned());
+            let state = CheckpointState {
+                pending,
+                ..self.durable.clone()
+            };
+            // Not a checkpoint: the crash points of checkpoints are not simulated here.
+            self.persist(state, false)?;
+        }
+        for name in new {
+            let path = self.outputs.dir.join(&name);
+            match no_follow::create_new(&path) {
+                Ok(file) => {
+                    self.outputs.output(&name).file = Some(file);
+                    self.outputs.created = true;
+                }
+                Err(e) => {
+                    // No file was created, or something appeared at the name since the
+                    // check, which is not ours: withdraw the record that would let
+                    // recovery remove whatever is there.
+                    let mut pending = self.durable.pending.clone();
+                    pending.remove(&name);
+                    let state = CheckpointState {
+                        pending,
+                        ..self.durable.clone()
+                    };
+                    if let Err(undo) = self.persist(state, false) {
+                        tracing::error!(file = %path.display(), error = %undo, "could not withdraw the pending record of a file pgcdc did not create; recovery may remove it");
+                    }
+                    return Err(e);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -296,16 +389,15 @@ impl Core {
             ));
         };
         self.outputs.close_arrays();
-        if let Err(e) = self.outputs.write_out() {
-            self.broken = true;
-            return Err(e);
-        }
+        self.write_out()?;
         let mut files = self.durable.files.clone();
         for (name, out) in &mut self.outputs.files {
             let target = start.get(name).copied().unwrap_or(0);
-            if target < out.len {
+            if target < out.len
+                && let Some(file) = &out.file
+            {
                 tracing::info!(file = %out.path.display(), dropped = out.len - target, "snapshot restarted: discarding its rows");
-                if let Err(e) = out.file.set_len(target).and_then(|()| out.file.sync_all()) {
+                if let Err(e) = file.set_len(target).and_then(|()| file.sync_all()) {
                     self.broken = true;
                     return Err(io_error("truncating", &out.path, e));
                 }
@@ -322,20 +414,19 @@ impl Core {
             snapshot_start: Some(start),
             ..self.durable.clone()
         };
-        self.persist(state)
+        self.persist(state, true)
     }
 
     /// Makes everything written durable together with `token`: fsync of the data files,
     /// then the checkpoint file replaced atomically, then the directory synced.
     pub(crate) fn checkpoint(&mut self, token: &ResumeToken) -> Result<(), Error> {
         self.check_usable()?;
-        if let Err(e) = self.outputs.write_out() {
-            self.broken = true;
-            return Err(e);
-        }
+        self.write_out()?;
         for out in self.outputs.files.values_mut() {
-            if out.dirty {
-                if let Err(e) = out.file.sync_data() {
+            if out.dirty
+                && let Some(file) = &out.file
+            {
+                if let Err(e) = file.sync_data() {
                     self.broken = true;
                     return Err(io_error("syncing", &out.path, e));
                 }
@@ -343,34 +434,45 @@ impl Core {
             }
         }
         if self.outputs.created {
-            sync_dir(&self.outputs.dir)?;
+            if let Err(e) = sync_dir(&self.outputs.dir) {
+                self.broken = true;
+                return Err(e);
+            }
             self.outputs.created = false;
         }
         self.crash_point(CrashPoint::AfterDataSync)?;
+        let files: BTreeMap<String, u64> = self
+            .outputs
+            .files
+            .iter()
+            .map(|(n, o)| (n.clone(), o.len))
+            .collect();
+        // Every file created so far is listed now, so its pending record can go.
+        let pending = self
+            .durable
+            .pending
+            .iter()
+            .filter(|n| !files.contains_key(*n))
+            .cloned()
+            .collect();
         let state = CheckpointState {
             token: Some(token.clone()),
             applied_through: self.applied_through,
-            files: self
-                .outputs
-                .files
-                .iter()
-                .map(|(n, o)| (n.clone(), o.len))
-                .collect(),
+            files,
             snapshot_start: self.snapshot_start.clone(),
+            pending,
             ..self.durable.clone()
         };
-        self.persist(state)
+        self.persist(state, true)
     }
 
-    /// Writes `state` as the checkpoint file atomically.
-    fn persist(&mut self, state: CheckpointState) -> Result<(), Error> {
+    /// Writes `state` as the checkpoint file atomically; with `crash_points`, simulates
+    /// the crashes the options ask for inside it.
+    fn persist(&mut self, state: CheckpointState, crash_points: bool) -> Result<(), Error> {
         let dir = self.outputs.dir.clone();
         let bytes = state.to_json()?;
-        let result = write_temp(&dir, &bytes)
-            .and_then(|()| self.crash_point(CrashPoint::AfterTempWrite))
-            .and_then(|()| commit_temp(&dir))
-            .and_then(|()| self.crash_point(CrashPoint::AfterRename))
-            .and_then(|()| sync_dir(&dir));
+        let crash = self.options.crash.filter(|_| crash_points);
+        let result = replace_checkpoint(&dir, &bytes, |point| simulate_crash(crash, point));
         if let Err(e) = result {
             self.broken = true;
             return Err(e);
@@ -381,17 +483,11 @@ impl Core {
 
     /// Simulates a crash at `point` when the options ask for it.
     fn crash_point(&mut self, point: CrashPoint) -> Result<(), Error> {
-        let Some(injection) = self.options.crash else {
-            return Ok(());
-        };
-        if injection.point != point {
-            return Ok(());
+        let result = simulate_crash(self.options.crash, point);
+        if result.is_err() {
+            self.broken = true;
         }
-        if injection.abort_process {
-            std::process::abort();
-        }
-        self.broken = true;
-        Err(Error::sink(format!("injected crash at {point:?}")))
+        result
     }
 
     /// The directory.
@@ -400,13 +496,29 @@ impl Core {
     }
 }
 
-/// Names of the files in `dir` that look like this sink's data files.
+/// Fails (or, for a test that asks for a real crash, aborts the process) when `crash`
+/// is set for `point`.
+fn simulate_crash(crash: Option<CrashInjection>, point: CrashPoint) -> Result<(), Error> {
+    match crash {
+        Some(injection) if injection.point == point => {
+            if injection.abort_process {
+                std::process::abort();
+            }
+            Err(Error::sink(format!("injected crash at {point:?}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Names of the files in `dir` that look like this sink's data files (of this version or,
+/// per table, an earlier one). Only read, to refuse a directory without a checkpoint.
 fn data_files(dir: &Path, layout: FileLayout) -> Result<Vec<String>, Error> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir).map_err(|e| io_error("listing", dir, e))? {
         let entry = entry.map_err(|e| io_error("listing", dir, e))?;
         if let Some(name) = entry.file_name().to_str()
-            && is_data_file_name(name, layout)
+            && (is_data_file_name(name, layout)
+                || (layout == FileLayout::PerTable && legacy_table(name).is_some()))
         {
             out.push(name.to_owned());
         }

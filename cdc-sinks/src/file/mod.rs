@@ -1,9 +1,10 @@
 //! Durable Feldera JSON files with exactly-once effect.
 //!
-//! The output directory holds the data files — one per table (`schema.table.json`, the
-//! form a Feldera file input reads directly) or one multiplexed `changes.json` — and the
-//! checkpoint file `pgcdc-checkpoint.json`, which records the [`ResumeToken`] together
-//! with the length of every data file at that checkpoint.
+//! The output directory holds the data files — one per table (named by
+//! [`table_file_name`], e.g. `public.orders.json`, the form a Feldera file input reads
+//! directly) or one multiplexed `changes.json` — the checkpoint file
+//! `pgcdc-checkpoint.json`, which records the [`ResumeToken`] together with the length of
+//! every data file at that checkpoint, and the lock file `pgcdc.lock`.
 //!
 //! A checkpoint writes out pending bytes, fsyncs the data files, writes the checkpoint to
 //! a temporary file, fsyncs it, renames it over the previous one and fsyncs the
@@ -17,9 +18,37 @@
 //! A consumer must read only up to the lengths in the checkpoint file (or only after the
 //! writer stopped): bytes past them may still be withdrawn by a recovery.
 //!
-//! Only one writer may use a directory at a time; this is not enforced (no lock file).
+//! # Files pgcdc owns, and what it refuses
+//!
+//! The sink writes, truncates or removes only its own files: the lock file, the checkpoint
+//! file and its temporary file, and the data files its checkpoint names.
+//! - Before it creates a data file, it records the name in the checkpoint file as pending
+//!   (durably), then creates the file exclusively. Recovery removes exactly the pending
+//!   files no checkpoint covers; other files in the directory, whatever their names, are
+//!   never touched. (A checkpoint edited to name another file of the directory under a
+//!   name pgcdc could write would still make pgcdc treat it as its own: give pgcdc a
+//!   directory of its own.)
+//! - A checkpoint that lists a name pgcdc never writes under its layout (a path, `..`,
+//!   anything but `changes.json` for the multiplexed layout or a name [`table_file_name`]
+//!   can produce) is refused as not one pgcdc wrote.
+//! - Symbolic links are never followed: new files are created exclusively, existing ones
+//!   opened with `O_NOFOLLOW`, the checkpoint replaced by an exclusively created
+//!   temporary file and a rename. A link, a FIFO or any other non-regular file at one of
+//!   pgcdc's names is an error naming it. (The directory itself may be a link.)
+//! - Only one sink may use a directory at a time: it holds an exclusive `flock` on
+//!   `pgcdc.lock`, which contains its pid, from `open` until it is dropped. A second sink
+//!   (in any process, including the same one) fails naming that pid.
+//!
+//! Per-table file names stay at most 255 bytes and distinct on case-insensitive
+//! filesystems: a name with upper-case letters (`"Orders"`) or too long for its readable
+//! form gets a readable prefix and a hash of the exact name (see [`table_file_name`]).
+//! A directory whose checkpoint lists the readable upper-case names of earlier versions
+//! is refused with the new name to use.
 
 mod core;
+mod lock;
+mod names;
+mod no_follow;
 mod options;
 mod state;
 
@@ -29,8 +58,10 @@ use cdc_core::{Ack, Acknowledger, Error, Result, ResumeToken, Sink, SinkBatch};
 use self::core::Core;
 use crate::feldera::PolicyCount;
 
+pub use lock::LOCK_FILE;
+pub use names::{MULTIPLEXED_FILE, table_file_name};
 pub use options::{CrashInjection, CrashPoint, FileLayout, FileSinkOptions};
-pub use state::{CHECKPOINT_FILE, MULTIPLEXED_FILE, table_file_name};
+pub use state::CHECKPOINT_FILE;
 
 /// Feldera JSON files with checkpoints that make them exactly-once (see the module docs).
 ///
@@ -38,7 +69,9 @@ pub use state::{CHECKPOINT_FILE, MULTIPLEXED_FILE, table_file_name};
 /// `checkpoint` makes everything written durable atomically with the token (`Ack::Done`
 /// when it returns). File I/O runs on tokio's blocking pool, so the sink must be driven
 /// inside a tokio runtime. If a call fails or its future is dropped half-way, the sink
-/// refuses further calls; reopening (a new sink on the same directory) recovers.
+/// refuses further calls; reopening (a new sink on the same directory) recovers. From
+/// `open` until it is dropped the sink holds the directory's lock: no other sink, in this
+/// process or another, can open the directory meanwhile.
 #[derive(Debug)]
 pub struct FelderaFileSink {
     options: FileSinkOptions,
@@ -97,9 +130,11 @@ impl FelderaFileSink {
 
 #[async_trait]
 impl Sink for FelderaFileSink {
-    /// Recovers the directory (see the module docs) and returns the token of the last
-    /// checkpoint, `None` for a new directory.
+    /// Locks the directory (until the sink is dropped), recovers it (see the module docs)
+    /// and returns the token of the last checkpoint, `None` for a new directory.
     async fn open(&mut self, _acks: Acknowledger) -> Result<Option<ResumeToken>> {
+        // A sink opened again gives up its own lock first, or it would lock itself out.
+        self.core = None;
         let options = self.options.clone();
         let (core, token) = tokio::task::spawn_blocking(move || Core::open(options))
             .await
@@ -122,5 +157,7 @@ impl Sink for FelderaFileSink {
     }
 }
 
+#[cfg(test)]
+mod safety_tests;
 #[cfg(test)]
 mod tests;

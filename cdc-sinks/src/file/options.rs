@@ -12,8 +12,8 @@ use crate::feldera::{EncoderOptions, Framing, TruncatePolicy};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FileLayout {
-    /// One file per table, `schema.table.json` (see [`super::table_file_name`]): each is what a
-    /// Feldera file input for that table ingests. Default.
+    /// One file per table, e.g. `public.orders.json` (see [`super::table_file_name`]):
+    /// each is what a Feldera file input for that table ingests. Default.
     #[default]
     PerTable,
     /// One file `changes.json` for every table; set [`EncoderOptions::table_key`] so a

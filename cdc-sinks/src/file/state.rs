@@ -1,24 +1,31 @@
-//! The checkpoint file stored next to the data files, file naming, and the fsync helpers.
+//! The checkpoint file stored next to the data files: what it records, reading and
+//! checking it, replacing it atomically, and the fsync helpers.
 
-use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::Write;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, File, Permissions};
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use cdc_core::{Error, Position, ResumeToken, TableName};
+use cdc_core::{Error, Position, ResumeToken};
 use serde::{Deserialize, Serialize};
 
-use super::options::FileLayout;
+use super::names::{is_data_file_name, legacy_table, table_file_name};
+use super::no_follow::{self, Access};
+use super::options::{CrashPoint, FileLayout};
 use crate::feldera::Framing;
 
 /// Name of the checkpoint file in the output directory.
 pub const CHECKPOINT_FILE: &str = "pgcdc-checkpoint.json";
-/// Name of the temporary file the checkpoint is written to before the rename.
+/// Name of the temporary file the checkpoint is written to before it replaces the
+/// checkpoint file. Fixed, so that recovery removes exactly the one a crash left behind.
 pub(crate) const CHECKPOINT_TMP: &str = "pgcdc-checkpoint.json.tmp";
-/// Name of the data file of [`FileLayout::Multiplexed`].
-pub const MULTIPLEXED_FILE: &str = "changes.json";
 
 const STATE_FORMAT: u32 = 1;
+
+/// Largest checkpoint file read (far above what thousands of tables need): a bigger one
+/// is damaged, and reading it whole could exhaust memory.
+const MAX_CHECKPOINT_BYTES: u64 = 64 << 20;
 
 /// What a checkpoint records: the token and, for every data file, its length when the
 /// token was taken. Written atomically (temp file, fsync, rename, fsync directory).
@@ -41,6 +48,12 @@ pub(crate) struct CheckpointState {
     /// snapshot is in progress. Used to discard snapshot rows on a snapshot restart.
     #[serde(default)]
     pub snapshot_start: Option<BTreeMap<String, u64>>,
+    /// Data files the sink may have created since this checkpoint: each name is recorded
+    /// here (durably) before its file is created, so recovery removes exactly the files
+    /// pgcdc created and no checkpoint covers. Absent in checkpoints of earlier versions,
+    /// which never list such files.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub pending: BTreeSet<String>,
 }
 
 impl CheckpointState {
@@ -53,17 +66,29 @@ impl CheckpointState {
             applied_through: None,
             files: BTreeMap::new(),
             snapshot_start: None,
+            pending: BTreeSet::new(),
         }
     }
 
-    /// Reads the checkpoint of `dir`, `None` when there is none.
+    /// Reads the checkpoint of `dir`, `None` when there is none. Refuses
+    /// ([`cdc_core::ErrorKind::Config`]) a checkpoint that is a symbolic link or not a
+    /// regular file, and one that names a file pgcdc never writes (see
+    /// [`CheckpointState::check_names`]).
     pub(crate) fn read(dir: &Path) -> Result<Option<Self>, Error> {
         let path = dir.join(CHECKPOINT_FILE);
-        let text = match fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_error("reading", &path, e)),
+        let Some(file) = no_follow::open_regular(&path, Access::Read)? else {
+            return Ok(None);
         };
+        let mut text = String::new();
+        file.take(MAX_CHECKPOINT_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| io_error("reading", &path, e))?;
+        if text.len() as u64 > MAX_CHECKPOINT_BYTES {
+            return Err(Error::config(format!(
+                "checkpoint file {} is larger than {MAX_CHECKPOINT_BYTES} bytes, so it is not one pgcdc wrote (damaged or replaced); restore it or start over in an empty directory",
+                path.display()
+            )));
+        }
         let state: CheckpointState = serde_json::from_str(&text).map_err(|e| {
             Error::sink(format!(
                 "checkpoint file {} is not readable; it was not written by this version of pgcdc, or was damaged",
@@ -78,7 +103,40 @@ impl CheckpointState {
                 state.format
             )));
         }
+        state.check_names(&path)?;
         Ok(Some(state))
+    }
+
+    /// Checks that every file name the checkpoint lists (lengths, snapshot start, pending
+    /// files) is one pgcdc writes under the checkpoint's layout, so that no name joined
+    /// onto the directory can reach a file outside it or one pgcdc does not own. `path`
+    /// is the checkpoint's, for the message.
+    pub(super) fn check_names(&self, path: &Path) -> Result<(), Error> {
+        let names = self
+            .files
+            .keys()
+            .chain(self.snapshot_start.iter().flat_map(|s| s.keys()))
+            .chain(&self.pending);
+        for name in names {
+            if is_data_file_name(name, self.layout) {
+                continue;
+            }
+            if self.layout == FileLayout::PerTable
+                && let Some(table) = legacy_table(name)
+            {
+                return Err(Error::config(format!(
+                    "checkpoint file {} lists data file {name:?}, the name earlier pgcdc versions gave table {table}; this version writes that table to {:?}, so that tables whose names differ only in case get different files on case-insensitive filesystems: start over in an empty directory (and point the consumer at the new name), or keep using the earlier pgcdc for this directory",
+                    path.display(),
+                    table_file_name(&table)
+                )));
+            }
+            return Err(Error::config(format!(
+                "checkpoint file {} lists data file {name:?}, which pgcdc never writes under the {:?} layout: the checkpoint is not one pgcdc wrote (tampered with or damaged); restore the original or start over in an empty directory",
+                path.display(),
+                self.layout
+            )));
+        }
+        Ok(())
     }
 
     /// Serialized form.
@@ -88,19 +146,58 @@ impl CheckpointState {
     }
 }
 
-/// Writes `bytes` to the temp file and fsyncs it (the first half of an atomic replace).
-pub(crate) fn write_temp(dir: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let tmp = dir.join(CHECKPOINT_TMP);
-    let mut file = File::create(&tmp).map_err(|e| io_error("creating", &tmp, e))?;
-    file.write_all(bytes)
-        .map_err(|e| io_error("writing", &tmp, e))?;
-    file.sync_all().map_err(|e| io_error("syncing", &tmp, e))
+/// Replaces the checkpoint file of `dir` with `bytes` atomically: writes them to
+/// [`CHECKPOINT_TMP`], created exclusively (a file or link already there is an error,
+/// never written through), fsyncs it, renames it over [`CHECKPOINT_FILE`] (the commit
+/// point; a link at that name is replaced, not followed) and fsyncs the directory.
+/// `crash` is called at each [`CrashPoint`] and aborts the replacement when it fails,
+/// leaving the files as a crash there would.
+pub(crate) fn replace_checkpoint(
+    dir: &Path,
+    bytes: &[u8],
+    mut crash: impl FnMut(CrashPoint) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let tmp_path = dir.join(CHECKPOINT_TMP);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(CHECKPOINT_TMP)
+        .rand_bytes(0)
+        // Like `File::create`: readable by whoever may read the data files (umask applies).
+        .permissions(Permissions::from_mode(0o666))
+        .tempfile_in(dir)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                Error::config(format!(
+                    "{} appeared while the sink was running; pgcdc creates it only while it writes a checkpoint and removes a stale one when it opens the directory, so something else writes into this directory: remove it and stop the other writer",
+                    tmp_path.display()
+                ))
+                .with_source(e)
+            } else {
+                io_error("creating", &tmp_path, e)
+            }
+        })?;
+    tmp.write_all(bytes)
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| io_error("writing", &tmp_path, e))?;
+    if let Err(e) = crash(CrashPoint::AfterTempWrite) {
+        // A crash leaves the temporary file behind; so does the simulated one. If keeping
+        // it fails, the file is removed instead, which recovery handles just as well.
+        let _ = tmp.keep();
+        return Err(e);
+    }
+    tmp.persist(dir.join(CHECKPOINT_FILE))
+        .map_err(|e| io_error("renaming", &tmp_path, e.error))?;
+    crash(CrashPoint::AfterRename)?;
+    sync_dir(dir)
 }
 
-/// Renames the temp file over the checkpoint file (the commit point).
-pub(crate) fn commit_temp(dir: &Path) -> Result<(), Error> {
-    let tmp = dir.join(CHECKPOINT_TMP);
-    fs::rename(&tmp, dir.join(CHECKPOINT_FILE)).map_err(|e| io_error("renaming", &tmp, e))
+/// Removes a temporary checkpoint file a crash left behind (the name is pgcdc's own, so
+/// whatever is there, file or link, goes; a link's target is untouched).
+pub(crate) fn remove_stale_temp(dir: &Path) -> Result<(), Error> {
+    let path = dir.join(CHECKPOINT_TMP);
+    match fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_error("removing", &path, e)),
+        _ => Ok(()),
+    }
 }
 
 /// Makes the directory's entries (creations, renames, removals) durable.
@@ -113,85 +210,4 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), Error> {
 /// An I/O error as a sink error naming the operation and path.
 pub(crate) fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
     Error::sink(format!("{what} {} failed", path.display())).with_source(e)
-}
-
-/// The data file name of `table` under [`FileLayout::PerTable`]:
-/// `schema.name.json`, every byte outside `[A-Za-z0-9_-]` written as `%XX`.
-pub fn table_file_name(table: &TableName) -> String {
-    let mut out = String::with_capacity(table.schema.len() + table.name.len() + 6);
-    escape_part(&mut out, &table.schema);
-    out.push('.');
-    escape_part(&mut out, &table.name);
-    out.push_str(".json");
-    out
-}
-
-fn escape_part(out: &mut String, part: &str) {
-    for &b in part.as_bytes() {
-        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(char::from(b"0123456789ABCDEF"[usize::from(b >> 4)]));
-            out.push(char::from(b"0123456789ABCDEF"[usize::from(b & 0xF)]));
-        }
-    }
-}
-
-/// Whether `name` is a data file this sink could have written under `layout`.
-pub(crate) fn is_data_file_name(name: &str, layout: FileLayout) -> bool {
-    match layout {
-        FileLayout::Multiplexed => name == MULTIPLEXED_FILE,
-        FileLayout::PerTable => {
-            let Some(stem) = name.strip_suffix(".json") else {
-                return false;
-            };
-            let parts: Vec<&str> = stem.split('.').collect();
-            parts.len() == 2 && parts.iter().all(|p| is_escaped_part(p))
-        }
-    }
-}
-
-fn is_escaped_part(part: &str) -> bool {
-    let bytes = part.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        if b == b'%' {
-            let hex = |j: usize| {
-                bytes
-                    .get(j)
-                    .is_some_and(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(c))
-            };
-            if !(hex(i + 1) && hex(i + 2)) {
-                return false;
-            }
-            i += 3;
-        } else if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
-            i += 1;
-        } else {
-            return false;
-        }
-    }
-    true
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_file_names_are_escaped_and_recognized() {
-        let name = table_file_name(&TableName::new("public", "orders"));
-        assert_eq!(name, "public.orders.json");
-        let odd = table_file_name(&TableName::new("My Schema", "a.b/c%"));
-        assert_eq!(odd, "My%20Schema.a%2Eb%2Fc%25.json");
-        assert!(is_data_file_name(&name, FileLayout::PerTable));
-        assert!(is_data_file_name(&odd, FileLayout::PerTable));
-        assert!(!is_data_file_name(CHECKPOINT_FILE, FileLayout::PerTable));
-        assert!(!is_data_file_name(MULTIPLEXED_FILE, FileLayout::PerTable));
-        assert!(!is_data_file_name("notes.txt", FileLayout::PerTable));
-        assert!(is_data_file_name(MULTIPLEXED_FILE, FileLayout::Multiplexed));
-        assert!(!is_data_file_name(&name, FileLayout::Multiplexed));
-    }
 }

@@ -26,7 +26,7 @@ fn bag() -> SchemaRef {
 }
 
 /// Twelve transactions over two tables, one batch each.
-fn workload() -> Vec<SinkBatch> {
+pub(super) fn workload() -> Vec<SinkBatch> {
     let (k, f) = (keyed(), bag());
     (0..12u64)
         .map(|i| {
@@ -58,17 +58,17 @@ fn workload() -> Vec<SinkBatch> {
         .collect()
 }
 
-fn options(dir: &Path) -> FileSinkOptions {
+pub(super) fn options(dir: &Path) -> FileSinkOptions {
     FileSinkOptions::new(dir)
 }
 
-/// The data files of `dir` (checkpoint file excluded).
-fn contents(dir: &Path) -> BTreeMap<String, String> {
+/// The data files of `dir` (checkpoint and lock files excluded).
+pub(super) fn contents(dir: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let entry = entry.unwrap();
         let name = entry.file_name().into_string().unwrap();
-        if name.starts_with("pgcdc-checkpoint") {
+        if name.starts_with("pgcdc-checkpoint") || name == LOCK_FILE {
             continue;
         }
         out.insert(name, std::fs::read_to_string(entry.path()).unwrap());
@@ -76,14 +76,14 @@ fn contents(dir: &Path) -> BTreeMap<String, String> {
     out
 }
 
-async fn open(options: FileSinkOptions) -> (FelderaFileSink, Option<ResumeToken>) {
+pub(super) async fn open(options: FileSinkOptions) -> (FelderaFileSink, Option<ResumeToken>) {
     let mut sink = FelderaFileSink::new(options).unwrap();
     let token = sink.open(Acknowledger::channel().0).await.unwrap();
     (sink, token)
 }
 
 /// Writes the batches the token does not cover, checkpointing after each.
-async fn feed(
+pub(super) async fn feed(
     sink: &mut FelderaFileSink,
     token: Option<&ResumeToken>,
     batches: &[SinkBatch],
@@ -99,7 +99,7 @@ async fn feed(
 }
 
 /// Files of an uninterrupted run over `batches`.
-async fn reference(batches: &[SinkBatch]) -> BTreeMap<String, String> {
+pub(super) async fn reference(batches: &[SinkBatch]) -> BTreeMap<String, String> {
     let dir = tempfile::tempdir().unwrap();
     let (mut sink, _) = open(options(dir.path())).await;
     feed(&mut sink, None, batches).await.unwrap();
@@ -132,6 +132,8 @@ async fn writes_one_feldera_file_per_table() {
     assert!(files["public.log.json"].starts_with(
         "{\"insert\":{\"a\":0,\"msg\":\"m\"}}\n{\"delete\":{\"a\":0,\"msg\":\"m\"}}\n{\"insert\":{\"a\":-1,\"msg\":\"m\"}}\n"
     ));
+    // One sink per directory: the first must close before the directory is reopened.
+    drop(sink);
     let (_again, token) = open(options(dir.path())).await;
     assert_eq!(token, Some(workload()[2].resume_token.clone()));
 }
