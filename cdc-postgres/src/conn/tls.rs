@@ -303,6 +303,7 @@ mod tests {
             root_cert: root.then(|| PemSource::File("/ca.pem".into())),
             client_cert: None,
             client_key: None,
+            ..TlsConfig::default()
         }
     }
 
