@@ -247,7 +247,7 @@ pub struct TlsConfig {
 }
 
 /// How to reach and log in to one PostgreSQL server: the parsed form of a libpq connection
-/// string (see [`conninfo`] for the accepted syntax and parameters).
+/// string (see [`conninfo`](super::conninfo) for the accepted syntax and parameters).
 ///
 /// `Debug` never prints the password or inline key material.
 #[derive(Clone, PartialEq, Eq)]
