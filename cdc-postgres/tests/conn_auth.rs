@@ -230,6 +230,46 @@ mod conn {
     }
 
     #[tokio::test]
+    async fn channel_binding_against_a_server_without_tls() {
+        let cluster = cluster().await;
+        // prefer (the default) and disable connect without TLS, so without binding.
+        for query in ["channel_binding=prefer", "channel_binding=disable", ""] {
+            let config = ConnectionConfig::parse(&uri(
+                &cluster,
+                "scram_user",
+                Some("scram-secret"),
+                "postgres",
+                query,
+            ))
+            .unwrap();
+            check_both(&config, "scram_user").await;
+        }
+        // require cannot be met without TLS: a clear error, whatever sslmode fell back.
+        for mode in ["prefer", "allow", "disable"] {
+            let config = ConnectionConfig::parse(&uri(
+                &cluster,
+                "scram_user",
+                Some("scram-secret"),
+                "postgres",
+                &format!("sslmode={mode}&channel_binding=require"),
+            ))
+            .unwrap();
+            let err = ReplicationConnection::connect(&config).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Config, "{mode}: {err}");
+            assert!(
+                err.message().contains("channel_binding=require") && err.message().contains("TLS"),
+                "{mode}: {err}"
+            );
+            let err = connect_sql(&config).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Config, "{mode}: {err}");
+            assert!(
+                err.message().contains("channel_binding=require"),
+                "{mode}: {err}"
+            );
+        }
+    }
+
+    #[tokio::test]
     async fn an_unknown_database_is_a_config_error() {
         let cluster = cluster().await;
         let config = ConnectionConfig::parse(&uri(

@@ -36,7 +36,8 @@ pub struct IssuedCert {
 ///
 /// Every certificate is signed by the same CA, whose certificate is at
 /// [`TlsFiles::ca_cert_path`]; the server is configured with it as `ssl_ca_file`, so it
-/// verifies client certificates against it.
+/// verifies client certificates against it. The one exception is
+/// [`TlsFiles::issue_server_cert_from_unknown_ca`], which exists to be untrusted.
 #[derive(Debug)]
 pub struct TlsFiles {
     dir: PathBuf,
@@ -60,18 +61,7 @@ impl TlsFiles {
         std::fs::create_dir_all(dir).ctx(|| format!("create {}", dir.display()))?;
         os::chmod(dir, 0o755)?;
 
-        let ca_key = KeyPair::generate()?;
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "pgcdc testkit CA");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_cert = ca_params.self_signed(&ca_key)?;
+        let (issuer, ca_cert) = generate_ca("pgcdc testkit CA")?;
         let ca_cert_pem = ca_cert.pem();
         let ca_cert_path = dir.join("ca.crt");
         write_file(&ca_cert_path, &ca_cert_pem, 0o644)?;
@@ -88,7 +78,7 @@ impl TlsFiles {
                 key_path: dir.join("server.key"),
             },
             server_names: server_names.to_vec(),
-            issuer: Issuer::new(ca_params, ca_key),
+            issuer,
             server_user,
             counter: AtomicU32::new(0),
         };
@@ -160,22 +150,21 @@ impl TlsFiles {
         self.write_issued("server", cert_pem, key_pem, self.server_user)
     }
 
+    /// Issue a server certificate for `names` signed by a new CA that exists only for this
+    /// certificate — no client trusts it, and it is not [`TlsFiles::ca_cert_pem`]. Written
+    /// like [`TlsFiles::issue_server_cert`]; use it with
+    /// [`crate::Cluster::replace_server_cert`] to see chain verification (`verify-ca`,
+    /// `verify-full`) fail, or as the certificate of an impostor that clients which verify
+    /// nothing (`sslmode=require`) accept.
+    pub fn issue_server_cert_from_unknown_ca(&self, names: &[&str]) -> Result<IssuedCert> {
+        let (issuer, _) = generate_ca("pgcdc testkit unknown CA")?;
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let (cert_pem, key_pem) = sign_server_with(&issuer, &names)?;
+        self.write_issued("server", cert_pem, key_pem, self.server_user)
+    }
+
     fn sign_server(&self, names: &[String]) -> Result<(String, String)> {
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(names.to_vec())?;
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        params.distinguished_name.push(
-            DnType::CommonName,
-            names.first().map_or("pgcdc testkit server", String::as_str),
-        );
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.use_authority_key_identifier_extension = true;
-        let cert = params.signed_by(&key, &self.issuer)?;
-        Ok((cert.pem(), key.serialize_pem()))
+        sign_server_with(&self.issuer, names)
     }
 
     /// Overwrite `server.crt`/`server.key` (what the server's configuration points at).
@@ -208,6 +197,42 @@ impl TlsFiles {
             key_path,
         })
     }
+}
+
+/// A new self-signed CA: its issuer (to sign with) and its certificate.
+fn generate_ca(common_name: &str) -> Result<(Issuer<'static, KeyPair>, rcgen::Certificate)> {
+    let ca_key = KeyPair::generate()?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_cert = ca_params.self_signed(&ca_key)?;
+    Ok((Issuer::new(ca_params, ca_key), ca_cert))
+}
+
+/// A server certificate for `names` signed by `issuer`, and its key, as PEM.
+fn sign_server_with(issuer: &Issuer<'_, KeyPair>, names: &[String]) -> Result<(String, String)> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(names.to_vec())?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(
+        DnType::CommonName,
+        names.first().map_or("pgcdc testkit server", String::as_str),
+    );
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    let cert = params.signed_by(&key, issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
 }
 
 /// Write `contents` to `path` (replacing it) and set its mode.

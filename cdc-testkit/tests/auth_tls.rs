@@ -182,6 +182,23 @@ async fn wrong_name_certificate_fails_hostname_verification() {
 }
 
 #[tokio::test]
+async fn certificate_from_an_unknown_ca_fails_chain_verification() {
+    let cluster = ClusterBuilder::new().tls().build().await.unwrap();
+    let tls = cluster.tls().unwrap();
+    let config = common::tls_config(&cluster, ADMIN_USER, None);
+    let foreign = tls
+        .issue_server_cert_from_unknown_ca(&["localhost", "127.0.0.1"])
+        .unwrap();
+    assert_ne!(foreign.cert_pem, tls.server_cert().cert_pem);
+    cluster.replace_server_cert(&foreign).await.unwrap();
+    let err = common::connect_tls(&config, common::tls_connector(tls.ca_cert_pem(), None))
+        .await
+        .unwrap_err();
+    let chain = format!("{err:?}");
+    assert!(chain.contains("UnknownIssuer"), "{chain}");
+}
+
+#[tokio::test]
 async fn ssl_only_rejects_plaintext() {
     let cluster = ClusterBuilder::new()
         .ssl_only()

@@ -141,6 +141,76 @@ impl FromStr for SslMode {
     }
 }
 
+/// libpq's `channel_binding`: whether SCRAM authentication is bound to the TLS connection
+/// (SCRAM-SHA-256-PLUS with `tls-server-end-point`, RFC 5929), with libpq's semantics.
+///
+/// Binding proves that the server which knows the password is the end of this TLS
+/// connection. Without it, a man in the middle that the client's `sslmode` does not detect
+/// (`prefer` or `require` without `sslrootcert` verify no certificate) can relay the SCRAM
+/// exchange to the real server and stay logged in as the user; with it, the server sees
+/// the middle's certificate in the binding and refuses. With `verify-full` it adds little.
+///
+/// | mode | over TLS | without TLS |
+/// |---|---|---|
+/// | `disable` | SCRAM-SHA-256, "client does not support binding" | the same |
+/// | `prefer` (default) | SCRAM-SHA-256-PLUS if the server offers it; else SCRAM-SHA-256 with "client supports binding, server did not offer it" (a server that does support it then detects a stripped offer) | SCRAM-SHA-256 |
+/// | `require` | SCRAM-SHA-256-PLUS, or an error before any password is sent: trust, password, md5 and certificate-only authentication are refused | an error |
+///
+/// Binding needs a hash of the server certificate by the hash function of its signature
+/// algorithm (RSA PKCS#1 v1.5, RSA-PSS, ECDSA, DSA). Over TLS with `prefer` or `require`,
+/// a server certificate signed otherwise (Ed25519, Ed448) is an error before
+/// authentication that suggests `channel_binding=disable` (libpq fails such a SCRAM login
+/// too): falling back to no binding would let a man in the middle avoid binding just by
+/// presenting such a certificate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ChannelBinding {
+    /// Never bind.
+    Disable,
+    /// Bind over TLS when the server offers it.
+    #[default]
+    Prefer,
+    /// Bind or fail.
+    Require,
+}
+
+impl ChannelBinding {
+    /// Every mode, in libpq's order.
+    pub const ALL: [ChannelBinding; 3] = [
+        ChannelBinding::Disable,
+        ChannelBinding::Prefer,
+        ChannelBinding::Require,
+    ];
+
+    /// The libpq spelling, e.g. `require`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChannelBinding::Disable => "disable",
+            ChannelBinding::Prefer => "prefer",
+            ChannelBinding::Require => "require",
+        }
+    }
+}
+
+impl fmt::Display for ChannelBinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ChannelBinding {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        ChannelBinding::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| {
+                Error::config(format!(
+                    "invalid channel_binding {s:?}: expected one of disable, prefer, require"
+                ))
+            })
+    }
+}
+
 /// PEM material: a file to read at connect time, or the PEM text itself.
 #[derive(Clone, PartialEq, Eq)]
 pub enum PemSource {
@@ -172,10 +242,12 @@ pub struct TlsConfig {
     pub client_cert: Option<PemSource>,
     /// The client certificate's private key (`sslkey`).
     pub client_key: Option<PemSource>,
+    /// `channel_binding`: whether SCRAM is bound to the TLS connection (default `prefer`).
+    pub channel_binding: ChannelBinding,
 }
 
 /// How to reach and log in to one PostgreSQL server: the parsed form of a libpq connection
-/// string (see [`super::conninfo`] for the accepted syntax and parameters).
+/// string (see [`conninfo`](super::conninfo) for the accepted syntax and parameters).
 ///
 /// `Debug` never prints the password or inline key material.
 #[derive(Clone, PartialEq, Eq)]
@@ -416,6 +488,20 @@ mod tests {
         }
         let err = "verify_full".parse::<SslMode>().unwrap_err();
         assert!(err.to_string().contains("verify-full"), "{err}");
+    }
+
+    #[test]
+    fn channel_binding_parses_every_libpq_spelling_and_rejects_others() {
+        for mode in ChannelBinding::ALL {
+            assert_eq!(mode.as_str().parse::<ChannelBinding>().unwrap(), mode);
+        }
+        assert_eq!(ChannelBinding::default(), ChannelBinding::Prefer);
+        let err = "required".parse::<ChannelBinding>().unwrap_err();
+        assert_eq!(err.kind(), cdc_core::ErrorKind::Config);
+        assert!(
+            err.to_string().contains("disable, prefer, require"),
+            "{err}"
+        );
     }
 
     #[test]

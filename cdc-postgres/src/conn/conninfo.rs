@@ -44,6 +44,7 @@ pub const SUPPORTED_PARAMETERS: &[&str] = &[
     "sslrootcert",
     "sslcert",
     "sslkey",
+    "channel_binding",
     "application_name",
     "connect_timeout",
     "options",
@@ -358,6 +359,7 @@ fn build(pairs: Vec<(String, String)>) -> Result<ConnectionConfig> {
             "sslkey" => {
                 tls.client_key = non_empty("sslkey", value)?.map(|p| PemSource::File(p.into()))
             }
+            "channel_binding" => tls.channel_binding = value.parse()?,
             "application_name" => application_name = non_empty("application_name", value)?,
             "connect_timeout" => connect_timeout = parse_connect_timeout(&value)?,
             "options" => options = non_empty("options", value)?,
@@ -539,6 +541,29 @@ mod tests {
         assert!(parse("host=db user=u password='open").is_err());
         let err = parse("host db user=u").unwrap_err();
         assert!(err.message().contains("missing \"=\""), "{err}");
+    }
+
+    #[test]
+    fn channel_binding_in_both_forms() {
+        use crate::conn::config::ChannelBinding;
+        assert_eq!(
+            parse_ok("postgres://u@h/db").tls.channel_binding,
+            ChannelBinding::Prefer
+        );
+        assert_eq!(
+            parse_ok("postgres://u@h/db?channel_binding=require")
+                .tls
+                .channel_binding,
+            ChannelBinding::Require
+        );
+        assert_eq!(
+            parse_ok("host=h user=u channel_binding=disable")
+                .tls
+                .channel_binding,
+            ChannelBinding::Disable
+        );
+        let err = parse("host=h user=u channel_binding=on").unwrap_err();
+        assert!(err.message().contains("channel_binding"), "{err}");
     }
 
     #[test]

@@ -20,7 +20,8 @@
 //! `ssl_certificate_chain_location` (leaf first, then the chain), `ssl_client_pem` or
 //! `ssl_client_location`; its key from `ssl_client_key` or `ssl_client_key_location`.
 //! Settings that contradict each other (a CA in both the URI and the JSON,
-//! `verify_hostname: false` with `sslmode=verify-full`) are errors, not guesses.
+//! `verify_hostname: false` with `sslmode=verify-full`) are errors, not guesses. Feldera's
+//! connector has no field for SCRAM channel binding: set `channel_binding` in the URI.
 //!
 //! Feldera's `streaming_ack_hold_ms`, `discard_shutdown_errors` and `discard_table_errors`
 //! are accepted so a Feldera configuration deserializes unchanged; pgcdc's acknowledgement
@@ -325,6 +326,29 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(config.connection.tls.mode, SslMode::Disable);
+    }
+
+    #[test]
+    fn channel_binding_comes_from_the_uri() {
+        use crate::conn::config::ChannelBinding;
+        let config = parse(json!({
+            "uri": "postgres://u@db/shop?sslmode=require&channel_binding=require",
+            "publication": "p",
+            "source_table": "public.t",
+        }))
+        .unwrap();
+        assert_eq!(
+            config.connection.tls.channel_binding,
+            ChannelBinding::Require
+        );
+        assert!(
+            parse(json!({
+                "uri": "postgres://u@db/shop",
+                "publication": "p",
+                "channel_binding": "require",
+            }))
+            .is_err()
+        );
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //!   documents it, shared by both connections.
 //! - `wire`: startup and authentication (trust, password, md5, SCRAM-SHA-256) and the
 //!   simple-query protocol of our own `replication=database` session.
+//! - `channel_binding`: SCRAM channel binding (`tls-server-end-point`) per
+//!   [`ChannelBinding`], for both connections.
 //! - [`replication`]: [`ReplicationConnection`] and its commands (`IDENTIFY_SYSTEM`,
 //!   `CREATE_REPLICATION_SLOT`, `READ_REPLICATION_SLOT`, `DROP_REPLICATION_SLOT`,
 //!   `START_REPLICATION`).
@@ -22,6 +24,7 @@
 //!   health ([`slot`]), as a report of problems with fixes.
 //! - [`error`]: how server and I/O errors map to [`cdc_core::ErrorKind`].
 
+mod channel_binding;
 pub mod config;
 pub mod conninfo;
 pub mod error;
@@ -40,8 +43,8 @@ mod transport;
 mod wire;
 
 pub use config::{
-    ConnectionConfig, DEFAULT_HOST, DEFAULT_PORT, Host, PemSource, SnapshotMode, SourceConfig,
-    SslMode, TableRef, TlsConfig, validate_slot_name,
+    ChannelBinding, ConnectionConfig, DEFAULT_HOST, DEFAULT_PORT, Host, PemSource, SnapshotMode,
+    SourceConfig, SslMode, TableRef, TlsConfig, validate_slot_name,
 };
 pub use feldera::SourceConfigJson;
 pub use identity::{SLOT_PREFIX, check_resume, default_slot_name, stable_source_id};

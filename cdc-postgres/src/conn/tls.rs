@@ -5,13 +5,12 @@
 use std::sync::Arc;
 
 use cdc_core::{Error, Result};
-use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{WebPkiServerVerifier, verify_server_cert_signed_by_trust_anchor};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{
-    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
-};
+use rustls::server::ParsedCertificate;
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use super::config::{PemSource, SslMode, TlsConfig};
 
@@ -54,39 +53,7 @@ pub fn provider() -> Arc<CryptoProvider> {
 /// not match rustls' expectations, `verify-*` without a root certificate.
 pub fn client_config(tls: &TlsConfig) -> Result<Arc<ClientConfig>> {
     let provider = provider();
-    let verification = Verification::for_config(tls);
-    let verifier: Arc<dyn ServerCertVerifier> = match verification {
-        Verification::None => Arc::new(AcceptAnyCertificate {
-            provider: provider.clone(),
-        }),
-        Verification::Chain | Verification::ChainAndName => {
-            let source = tls.root_cert.as_ref().ok_or_else(|| {
-                Error::config(format!(
-                    "sslmode={} needs sslrootcert (the CA certificate to verify the server against)",
-                    tls.mode
-                ))
-            })?;
-            let mut roots = RootCertStore::empty();
-            for cert in load_certs(source, "sslrootcert")? {
-                roots.add(cert).map_err(|e| {
-                    Error::config(format!(
-                        "sslrootcert holds a certificate rustls cannot use as a trust anchor: {e}"
-                    ))
-                })?;
-            }
-            let webpki =
-                WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                    .build()
-                    .map_err(|e| {
-                        Error::config(format!("cannot build the certificate verifier: {e}"))
-                    })?;
-            if verification == Verification::ChainAndName {
-                webpki
-            } else {
-                Arc::new(ChainOnly { inner: webpki })
-            }
-        }
-    };
+    let verifier = verifier(tls, &provider)?;
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::config(format!("TLS setup failed: {e}")))?
@@ -112,6 +79,46 @@ pub fn client_config(tls: &TlsConfig) -> Result<Arc<ClientConfig>> {
     // PostgreSQL 17+ checks ALPN when a client sends it; older servers ignore it.
     config.alpn_protocols = vec![b"postgresql".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// The server certificate verifier for `tls` per [`Verification::for_config`]; every
+/// certificate check is rustls' own, and so is the check of the handshake signature with
+/// `provider`'s algorithms.
+fn verifier(
+    tls: &TlsConfig,
+    provider: &Arc<CryptoProvider>,
+) -> Result<Arc<dyn ServerCertVerifier>> {
+    let verification = Verification::for_config(tls);
+    if verification == Verification::None {
+        return Ok(Arc::new(AcceptAnyCertificate {
+            provider: provider.clone(),
+        }));
+    }
+    let source = tls.root_cert.as_ref().ok_or_else(|| {
+        Error::config(format!(
+            "sslmode={} needs sslrootcert (the CA certificate to verify the server against)",
+            tls.mode
+        ))
+    })?;
+    let mut roots = RootCertStore::empty();
+    for cert in load_certs(source, "sslrootcert")? {
+        roots.add(cert).map_err(|e| {
+            Error::config(format!(
+                "sslrootcert holds a certificate rustls cannot use as a trust anchor: {e}"
+            ))
+        })?;
+    }
+    let roots = Arc::new(roots);
+    if verification == Verification::Chain {
+        return Ok(Arc::new(ChainOnly {
+            roots,
+            provider: provider.clone(),
+        }));
+    }
+    let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+        .build()
+        .map_err(|e| Error::config(format!("cannot build the certificate verifier: {e}")))?;
+    Ok(webpki)
 }
 
 /// The name to present (SNI) and verify: the host name, or its IP address.
@@ -238,13 +245,20 @@ impl ServerCertVerifier for AcceptAnyCertificate {
     }
 }
 
-/// Full chain verification, without the host name check (`verify-ca`).
+/// Chain verification without the host name check ([`Verification::Chain`]: `verify-ca`,
+/// and `sslrootcert` with the other TLS modes).
 ///
-/// rustls' WebPKI verifier checks the chain first and the name last, so a name error means
-/// the chain was verified.
+/// The certificate check is rustls' chain-only verification,
+/// [`verify_server_cert_signed_by_trust_anchor`] — the check [`WebPkiServerVerifier`]
+/// makes before it checks the name: a chain from the certificate through the presented
+/// intermediates to a CA in `roots`, every signature with the provider's algorithms,
+/// validity periods, and the server-authentication key usage. The name is never looked
+/// at, rather than checked and its failure ignored. Handshake signatures are verified by
+/// rustls with the same algorithms.
 #[derive(Debug)]
 struct ChainOnly {
-    inner: Arc<WebPkiServerVerifier>,
+    roots: Arc<RootCertStore>,
+    provider: Arc<CryptoProvider>,
 }
 
 impl ServerCertVerifier for ChainOnly {
@@ -252,22 +266,19 @@ impl ServerCertVerifier for ChainOnly {
         &self,
         end_entity: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        match self.inner.verify_server_cert(
-            end_entity,
+        let cert = ParsedCertificate::try_from(end_entity)?;
+        verify_server_cert_signed_by_trust_anchor(
+            &cert,
+            &self.roots,
             intermediates,
-            server_name,
-            ocsp_response,
             now,
-        ) {
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
+            self.provider.signature_verification_algorithms.all,
+        )?;
+        Ok(ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
@@ -276,7 +287,12 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -285,11 +301,18 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
@@ -303,6 +326,7 @@ mod tests {
             root_cert: root.then(|| PemSource::File("/ca.pem".into())),
             client_cert: None,
             client_key: None,
+            ..TlsConfig::default()
         }
     }
 
@@ -365,5 +389,164 @@ mod tests {
         ));
         assert!(server_name("bad name", &tls(SslMode::VerifyFull, true), any).is_err());
         assert!(server_name("bad name", &tls(SslMode::Require, false), any).is_ok());
+    }
+
+    /// A CA that signs certificates with rcgen, and its certificate as PEM.
+    struct Ca {
+        issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+        pem: String,
+    }
+
+    fn ca(name: &str) -> Ca {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let pem = params.self_signed(&key).unwrap().pem();
+        Ca {
+            issuer: rcgen::Issuer::new(params, key),
+            pem,
+        }
+    }
+
+    /// A certificate for `names` issued by `ca`, for server (or, with `client`, client)
+    /// authentication; `expired` puts its validity in the past.
+    fn leaf(ca: &Ca, names: &[&str], client: bool, expired: bool) -> CertificateDer<'static> {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let mut params = rcgen::CertificateParams::new(names).unwrap();
+        params.extended_key_usages = vec![if client {
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth
+        } else {
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth
+        }];
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2001, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2002, 1, 1);
+        }
+        params.signed_by(&key, &ca.issuer).unwrap().der().clone()
+    }
+
+    /// An intermediate CA signed by `root`.
+    fn intermediate(root: &Ca, name: &str) -> (Ca, CertificateDer<'static>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = params.signed_by(&key, &root.issuer).unwrap();
+        let der = cert.der().clone();
+        let ca = Ca {
+            issuer: rcgen::Issuer::new(params, key),
+            pem: cert.pem(),
+        };
+        (ca, der)
+    }
+
+    /// Runs the verifier for `mode` trusting `trusted` on `cert` (with `intermediates`)
+    /// as presented by a server called `name`.
+    fn check(
+        mode: SslMode,
+        trusted: &Ca,
+        cert: &CertificateDer<'static>,
+        intermediates: &[CertificateDer<'static>],
+        name: &str,
+    ) -> std::result::Result<(), rustls::Error> {
+        let config = TlsConfig {
+            mode,
+            root_cert: Some(PemSource::Inline(trusted.pem.clone())),
+            ..TlsConfig::default()
+        };
+        let verifier = verifier(&config, &provider()).unwrap();
+        let name = ServerName::try_from(name.to_owned()).unwrap();
+        verifier
+            .verify_server_cert(cert, intermediates, &name, &[], UnixTime::now())
+            .map(|_| ())
+    }
+
+    fn is(err: std::result::Result<(), rustls::Error>, expected: rustls::CertificateError) -> bool {
+        matches!(err, Err(rustls::Error::InvalidCertificate(e)) if e == expected)
+    }
+
+    #[test]
+    fn verify_ca_checks_the_chain_and_not_the_name() {
+        use rustls::CertificateError as Cert;
+        let (ours, theirs) = (ca("ours"), ca("theirs"));
+        let right = leaf(&ours, &["db.example"], false, false);
+        check(SslMode::VerifyCa, &ours, &right, &[], "db.example").unwrap();
+        check(SslMode::VerifyFull, &ours, &right, &[], "db.example").unwrap();
+        // Our CA, another name: only verify-full minds.
+        check(SslMode::VerifyCa, &ours, &right, &[], "other.example").unwrap();
+        // Any TLS mode with sslrootcert verifies the chain the same way.
+        check(SslMode::Require, &ours, &right, &[], "other.example").unwrap();
+        let err = check(SslMode::VerifyFull, &ours, &right, &[], "other.example");
+        assert!(
+            matches!(
+                err,
+                Err(rustls::Error::InvalidCertificate(
+                    Cert::NotValidForName | Cert::NotValidForNameContext { .. }
+                ))
+            ),
+            "{err:?}"
+        );
+        // Another CA: refused whatever the name, by both.
+        for names in [&["db.example"][..], &["wrong.example"]] {
+            let foreign = leaf(&theirs, names, false, false);
+            for mode in [SslMode::VerifyCa, SslMode::VerifyFull] {
+                let err = check(mode, &ours, &foreign, &[], "db.example");
+                assert!(
+                    is(err.clone(), Cert::UnknownIssuer),
+                    "{mode} {names:?}: {err:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn verify_ca_still_checks_validity_usage_and_intermediates() {
+        use rustls::CertificateError as Cert;
+        let root = ca("root");
+        let expired = leaf(&root, &["db.example"], false, true);
+        let err = check(SslMode::VerifyCa, &root, &expired, &[], "db.example");
+        assert!(
+            matches!(
+                err,
+                Err(rustls::Error::InvalidCertificate(
+                    Cert::Expired | Cert::ExpiredContext { .. }
+                ))
+            ),
+            "{err:?}"
+        );
+        // A client certificate is not a server certificate.
+        let client = leaf(&root, &["db.example"], true, false);
+        let err = check(SslMode::VerifyCa, &root, &client, &[], "db.example");
+        assert!(err.is_err(), "{err:?}");
+        // Through an intermediate the server presents: accepted; without it: unknown.
+        let (middle, middle_der) = intermediate(&root, "intermediate");
+        let issued = leaf(&middle, &["db.example"], false, false);
+        check(
+            SslMode::VerifyCa,
+            &root,
+            &issued,
+            &[middle_der],
+            "wrong.example",
+        )
+        .unwrap();
+        let err = check(SslMode::VerifyCa, &root, &issued, &[], "wrong.example");
+        assert!(is(err.clone(), Cert::UnknownIssuer), "{err:?}");
+        // Garbage is an error, not a panic.
+        let garbage = CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x00]);
+        assert!(check(SslMode::VerifyCa, &root, &garbage, &[], "db.example").is_err());
     }
 }

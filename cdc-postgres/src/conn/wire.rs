@@ -1,6 +1,7 @@
 //! Our own frontend/backend protocol session, used for `replication=database`: startup,
-//! authentication (trust, cleartext password, md5, SCRAM-SHA-256 via `postgres-protocol`),
-//! the simple-query protocol, and the switch into CopyBoth.
+//! authentication (trust, cleartext password, md5, SCRAM-SHA-256 and, with channel
+//! binding, SCRAM-SHA-256-PLUS via `postgres-protocol`), the simple-query protocol, and
+//! the switch into CopyBoth.
 
 use std::ops::Range;
 
@@ -8,11 +9,12 @@ use bytes::{Buf, BytesMut};
 use cdc_core::{Error, Result};
 use fallible_iterator::FallibleIterator;
 use postgres_protocol::authentication::md5_hash;
-use postgres_protocol::authentication::sasl::{ChannelBinding, SCRAM_SHA_256, ScramSha256};
+use postgres_protocol::authentication::sasl::ScramSha256;
 use postgres_protocol::message::backend::{DataRowBody, Message};
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::channel_binding::{self, Negotiation};
 use super::config::ConnectionConfig;
 use super::error::{Activity, io_error, server_error, server_error_from_fields};
 use super::framing::{drain_until_closed, log_notice};
@@ -78,12 +80,16 @@ impl Wire {
     /// Errors: a server rejection (ErrorResponse) keeps its SQLSTATE and is classified for
     /// [`Activity::Connect`]; unsupported authentication methods and a missing password
     /// are Config errors; a server that fails SCRAM's mutual authentication is a Config
-    /// error (it does not know the password: possibly not the server you meant).
+    /// error (it does not know the password: possibly not the server you meant). So is
+    /// every login that `channel_binding` does not allow (see [`Negotiation`]) and a
+    /// server that refuses the channel binding; `channel_binding=require` without TLS
+    /// fails before anything is sent.
     pub(crate) async fn startup(
         socket: Socket,
         config: &ConnectionConfig,
         replication: bool,
     ) -> Result<Wire> {
+        let binding = Negotiation::start(config, &socket)?;
         let mut wire = Wire {
             socket,
             rbuf: BytesMut::with_capacity(8192),
@@ -114,7 +120,7 @@ impl Wire {
         frontend::startup_message(params.iter().copied(), &mut wire.wbuf)
             .map_err(|e| Error::config(format!("invalid startup parameter: {e}")))?;
         wire.flush().await?;
-        wire.authenticate(config).await?;
+        wire.authenticate(config, binding).await?;
         wire.await_ready().await?;
         Ok(wire)
     }
@@ -126,7 +132,11 @@ impl Wire {
         )
     }
 
-    async fn authenticate(&mut self, config: &ConnectionConfig) -> Result<()> {
+    async fn authenticate(
+        &mut self,
+        config: &ConnectionConfig,
+        mut binding: Negotiation,
+    ) -> Result<()> {
         let mut scram: Option<ScramSha256> = None;
         loop {
             let message = match self.read().await? {
@@ -136,14 +146,16 @@ impl Wire {
                 }
             };
             match message {
-                Message::AuthenticationOk => return Ok(()),
+                Message::AuthenticationOk => return binding.authenticated(),
                 Message::AuthenticationCleartextPassword => {
+                    binding.password_requested("password")?;
                     let password = required_password(config, "password")?;
                     frontend::password_message(password.as_bytes(), &mut self.wbuf)
                         .map_err(|e| Error::config(format!("invalid password: {e}")))?;
                     self.flush().await?;
                 }
                 Message::AuthenticationMd5Password(body) => {
+                    binding.password_requested("md5")?;
                     let password = required_password(config, "md5")?;
                     let hash = md5_hash(config.user.as_bytes(), password.as_bytes(), body.salt());
                     frontend::password_message(hash.as_bytes(), &mut self.wbuf)
@@ -156,18 +168,10 @@ impl Wire {
                         .map(|m| Ok(m.to_owned()))
                         .collect()
                         .map_err(|e| protocol(format!("malformed SASL mechanism list: {e}")))?;
-                    if !mechanisms.iter().any(|m| m == SCRAM_SHA_256) {
-                        return Err(Error::config(format!(
-                            "the server offers SASL mechanisms {mechanisms:?}; pgcdc supports {SCRAM_SHA_256}"
-                        )));
-                    }
+                    let (mechanism, channel) = binding.choose(&mechanisms)?;
                     let password = required_password(config, "scram-sha-256")?;
-                    // Channel binding is not implemented: say so ('n'), which servers
-                    // accept with or without TLS (claiming "unrequested" over TLS would be
-                    // treated as a downgrade attack).
-                    let state =
-                        ScramSha256::new(password.as_bytes(), ChannelBinding::unsupported());
-                    frontend::sasl_initial_response(SCRAM_SHA_256, state.message(), &mut self.wbuf)
+                    let state = ScramSha256::new(password.as_bytes(), channel);
+                    frontend::sasl_initial_response(mechanism, state.message(), &mut self.wbuf)
                         .map_err(|e| protocol(format!("cannot encode the SASL response: {e}")))?;
                     self.flush().await?;
                     scram = Some(state);
@@ -193,9 +197,13 @@ impl Wire {
                             self.target
                         ))
                     })?;
+                    binding.finished();
                 }
                 Message::ErrorResponse(body) => {
                     let server = server_error_from_fields(body.fields());
+                    if binding.refused(&server) {
+                        return Err(channel_binding::refused(&self.target, server));
+                    }
                     return Err(server_error(
                         server,
                         Activity::Connect,

@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 
 use cdc_core::{ChangeEvent, Error, EventKind, Position, ResumeToken, SnapshotMarker, TableName};
 
+use super::io_error::io_error;
 use super::lock::DirLock;
 use super::names::{MULTIPLEXED_FILE, is_data_file_name, legacy_table, table_file_name};
 use super::no_follow::{self, Access};
 use super::options::{CrashInjection, CrashPoint, FileLayout, FileSinkOptions};
-use super::state::{CheckpointState, io_error, remove_stale_temp, replace_checkpoint, sync_dir};
+use super::state::{CheckpointState, remove_stale_temp, replace_checkpoint, sync_dir};
 use crate::feldera::{FelderaEncoder, Frame, FrameSet, Framing};
 
 /// One data file and the bytes pending for it.

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use cdc_core::Error;
 
+use super::io_error::io_error;
 use super::no_follow::{self, Access};
-use super::state::io_error;
 
 /// Name of the lock file in the output directory. It holds the pid of the process whose
 /// sink has the directory open; it stays in place when the sink closes.

@@ -46,6 +46,7 @@
 //! is refused with the new name to use.
 
 mod core;
+mod io_error;
 mod lock;
 mod names;
 mod no_follow;

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use cdc_core::Error;
 
-use super::state::io_error;
+use super::io_error::io_error;
 
 /// Flags of every open: `O_NOFOLLOW` makes an open of a symbolic link fail instead of
 /// opening its target; `O_NONBLOCK` makes an open of a FIFO return at once instead of

@@ -10,6 +10,7 @@ use std::path::Path;
 use cdc_core::{Error, Position, ResumeToken};
 use serde::{Deserialize, Serialize};
 
+use super::io_error::io_error;
 use super::names::{is_data_file_name, legacy_table, table_file_name};
 use super::no_follow::{self, Access};
 use super::options::{CrashPoint, FileLayout};
@@ -205,9 +206,4 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), Error> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| io_error("syncing directory", dir, e))
-}
-
-/// An I/O error as a sink error naming the operation and path.
-pub(crate) fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
-    Error::sink(format!("{what} {} failed", path.display())).with_source(e)
 }
