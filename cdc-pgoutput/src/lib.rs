@@ -7,6 +7,8 @@
 //!   [`cdc_core::Value`], by type OID, and the registry of a session's types.
 //! - [`changes`]: the change assembler that turns decoded messages into
 //!   [`cdc_core::ChangeEvent`]s: relation cache, positions, streamed-transaction buffers.
+//! - [`backfill`]: pure pieces of online snapshots: transaction visibility in a
+//!   `pg_current_snapshot()`.
 //!
 //! This crate must never depend on an async runtime, sockets, TLS, a Postgres client
 //! library or the filesystem: its normal dependencies are `cdc-core`'s model (without the
@@ -15,6 +17,7 @@
 //! caller provides it through [`changes::SpillStorage`]. The I/O around this crate lives in
 //! `cdc-postgres`. `tests/dependencies.rs` enforces the rule.
 
+pub mod backfill;
 pub mod changes;
 pub mod protocol;
 pub mod types;

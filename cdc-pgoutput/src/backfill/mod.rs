@@ -1,0 +1,12 @@
+//! Pure building blocks of online (incremental) snapshots.
+//!
+//! An online snapshot reads each table in primary-key-ordered chunks, each chunk in its own
+//! short `REPEATABLE READ` transaction on an ordinary connection, while the replication
+//! stream keeps flowing. Merging a chunk's rows with the streamed transactions needs
+//! answers this module gives without any I/O:
+//!
+//! - [`xid_snapshot`]: which transactions a chunk's snapshot (`pg_current_snapshot()`) saw
+//!   as committed, given the 32-bit transaction id that pgoutput's Begin and Stream Start
+//!   messages carry.
+
+pub mod xid_snapshot;
