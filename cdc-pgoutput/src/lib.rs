@@ -8,7 +8,7 @@
 //! - [`changes`]: the change assembler that turns decoded messages into
 //!   [`cdc_core::ChangeEvent`]s: relation cache, positions, streamed-transaction buffers.
 //! - [`backfill`]: pure pieces of online snapshots: transaction visibility in a
-//!   `pg_current_snapshot()`.
+//!   `pg_current_snapshot()`, and primary-key order as the server's btree sorts it.
 //!
 //! This crate must never depend on an async runtime, sockets, TLS, a Postgres client
 //! library or the filesystem: its normal dependencies are `cdc-core`'s model (without the
