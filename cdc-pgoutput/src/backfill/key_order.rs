@@ -63,7 +63,7 @@ pub struct KeyColumnOrder {
 /// Read `pg_attribute.attcollation` of the column; 0 is [`KeyCollation::NotCollatable`];
 /// otherwise the collation's provider and locale from `pg_collation` (`collprovider`,
 /// `collcollate` for libc, `colllocale` for ICU and builtin on Postgres 17+, `colliculocale`
-/// for ICU on 15–16).
+/// for ICU on 15–16, `collcollate` for ICU before).
 ///
 /// There is deliberately no variant for the database default collation (`"default"`, OID
 /// 100, `collprovider = 'd'`): whether it sorts bytewise depends on the database, so the
@@ -99,15 +99,19 @@ pub enum KeyCollation<'a> {
 #[non_exhaustive]
 pub enum UnsupportedKeyColumn {
     /// The type's btree order is not reproduced here (see the [module docs](self)).
-    #[error("key column of type {}: its btree order is not reproduced by pgcdc", type_label(*.type_oid))]
+    #[error(
+        "key column of type {}: its btree order is not reproduced by pgcdc",
+        type_label(*.type_oid)
+    )]
     Type {
         /// The column's type OID.
         type_oid: TypeOid,
     },
     /// A string type under a collation that does not sort bytewise.
     #[error(
-        "key column of type {} under {collation}: only the C and POSIX collations sort \
-         bytewise; any other order comes from the server's collation library",
+        "key column of type {} under {collation}: only collations that sort bytewise \
+         (libc C or POSIX, builtin C) are orderable; any other order comes from the \
+         server's collation library",
         type_label(*.type_oid)
     )]
     Collation {
@@ -129,7 +133,10 @@ pub enum UnsupportedKeyColumn {
     },
     /// A collation was given for a type that is not collatable: the caller's catalog
     /// reading is off.
-    #[error("key column of type {} is not collatable, but {collation} was given", type_label(*.type_oid))]
+    #[error(
+        "key column of type {} is not collatable, but {collation} was given",
+        type_label(*.type_oid)
+    )]
     UnexpectedCollation {
         /// The column's type OID.
         type_oid: TypeOid,

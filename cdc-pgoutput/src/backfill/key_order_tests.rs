@@ -547,17 +547,22 @@ proptest! {
     #[test]
     fn float8_matches_reference(a in floats(), b in floats()) {
         let expected = float_rank(a).partial_cmp(&float_rank(b)).unwrap();
-        prop_assert_eq!(cmp1(column(oids::FLOAT8), Value::Float8(a), Value::Float8(b)), expected);
+        let got = cmp1(column(oids::FLOAT8), Value::Float8(a), Value::Float8(b));
+        prop_assert_eq!(got, expected);
         let (a4, b4) = (a as f32, b as f32);
-        let expected4 = float_rank(f64::from(a4)).partial_cmp(&float_rank(f64::from(b4))).unwrap();
-        prop_assert_eq!(cmp1(column(oids::FLOAT4), Value::Float4(a4), Value::Float4(b4)), expected4);
+        let expected4 = float_rank(f64::from(a4))
+            .partial_cmp(&float_rank(f64::from(b4)))
+            .unwrap();
+        let got4 = cmp1(column(oids::FLOAT4), Value::Float4(a4), Value::Float4(b4));
+        prop_assert_eq!(got4, expected4);
     }
 
     #[test]
     fn numeric_matches_decimal(a in small_decimals(), b in small_decimals()) {
         let (na, nb): (Numeric, Numeric) = (a.parse().unwrap(), b.parse().unwrap());
         let expected = na.to_decimal().unwrap().cmp(&nb.to_decimal().unwrap());
-        prop_assert_eq!(cmp1(column(oids::NUMERIC), Value::Numeric(na), Value::Numeric(nb)), expected);
+        let got = cmp1(column(oids::NUMERIC), Value::Numeric(na), Value::Numeric(nb));
+        prop_assert_eq!(got, expected);
     }
 
     #[test]
@@ -572,13 +577,20 @@ proptest! {
 
     #[test]
     fn text_is_byte_order(a in "\\PC{0,6}", b in "\\PC{0,6}") {
-        prop_assert_eq!(cmp1(c_text(oids::TEXT), text(&a), text(&b)), a.as_bytes().cmp(b.as_bytes()));
+        let got = cmp1(c_text(oids::TEXT), text(&a), text(&b));
+        prop_assert_eq!(got, a.as_bytes().cmp(b.as_bytes()));
         let trim = |s: &str| s.trim_end_matches(' ').as_bytes().to_vec();
-        prop_assert_eq!(cmp1(c_text(oids::BPCHAR), text(&a), text(&b)), trim(&a).cmp(&trim(&b)));
+        let got = cmp1(c_text(oids::BPCHAR), text(&a), text(&b));
+        prop_assert_eq!(got, trim(&a).cmp(&trim(&b)));
     }
 
     #[test]
-    fn compare_is_antisymmetric(a in floats(), b in floats(), x in small_decimals(), y in small_decimals()) {
+    fn compare_is_antisymmetric(
+        a in floats(),
+        b in floats(),
+        x in small_decimals(),
+        y in small_decimals(),
+    ) {
         let key = KeyOrder::new(vec![column(oids::FLOAT8), column(oids::NUMERIC)]);
         let ka = [Value::Float8(a), num(&x)];
         let kb = [Value::Float8(b), num(&y)];

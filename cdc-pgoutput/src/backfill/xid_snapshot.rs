@@ -13,8 +13,8 @@
 //!   transaction in `[xmin, xmax)` that is not listed had finished. The list never holds
 //!   subtransaction ids.
 //!
-//! pgoutput's Begin and Stream Start messages carry the 32-bit top-level xid; [`XidSnapshot::widen`]
-//! turns it into the full id, relative to the snapshot.
+//! pgoutput's Begin and Stream Start messages carry the 32-bit top-level xid;
+//! [`XidSnapshot::widen`] turns it into the full id, relative to the snapshot.
 
 use std::fmt;
 
@@ -125,7 +125,7 @@ impl XidSnapshot {
     /// `xmin` and `xmax` valid ids (32-bit part not 0) with `xmin <= xmax`; the list strictly
     /// ascending and within `[xmin, xmax)`. That is what Postgres prints. Postgres's own
     /// input function is laxer (it also takes signs, leading white space, a trailing comma
-    /// and duplicates); nothing it prints is rejected here.
+    /// and duplicates, and saturates ids beyond 64 bits); nothing it prints is rejected here.
     ///
     /// Allocates nothing beyond the list of in-progress ids, whose length is bounded by the
     /// input's.
@@ -162,8 +162,8 @@ impl XidSnapshot {
         self.to_string()
     }
 
-    /// The oldest transaction id still running when the snapshot was taken; every id
-    /// below it had finished.
+    /// The oldest transaction id still running when the snapshot was taken (`xmax` when
+    /// none was); every id below it had finished.
     pub fn xmin(&self) -> u64 {
         self.xmin
     }
