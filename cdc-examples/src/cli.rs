@@ -218,9 +218,14 @@ pub struct StreamArgs {
     /// Interval of the status line on stderr.
     #[arg(long, value_parser = parse_duration, default_value = "5s")]
     pub status_interval: Duration,
-    /// Connections copying the initial snapshot in parallel.
+    /// Connections copying the initial snapshot in parallel (`--snapshot online`: tables
+    /// whose chunks are read at once).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub snapshot_workers: u16,
+    /// `--snapshot online`: rows per chunk (each chunk is one short transaction; the
+    /// stream waits while one is read).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub chunk_rows: u32,
 }
 
 /// Output policies.
@@ -274,8 +279,11 @@ impl PolicyArgs {
 /// `--snapshot`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum SnapshotArg {
-    /// Copy existing rows, then stream.
+    /// Copy existing rows under one exported snapshot (consistent), then stream.
     Initial,
+    /// Stream at once and copy existing rows in primary-key chunks alongside (online):
+    /// resumable chunk by chunk, the slot advances during the copy.
+    Online,
     /// Stream changes only.
     Never,
     /// Copy existing rows and stop.

@@ -30,6 +30,7 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
     config.snapshot = match args.snapshot {
         SnapshotArg::Never => SnapshotMode::Never,
         SnapshotArg::Initial | SnapshotArg::InitialOnly => SnapshotMode::Initial,
+        SnapshotArg::Online => SnapshotMode::Online,
     };
     config.commit_mode = CommitMode::from(args.commit_mode);
     if args.commit_mode == CommitModeArg::Completion && args.out_dir.is_some() && !quiet {
@@ -60,6 +61,7 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
     options.snapshot_only = args.snapshot == SnapshotArg::InitialOnly;
     options.end_lsn = args.end_lsn;
     options.snapshot_workers = usize::from(args.snapshot_workers);
+    options.backfill_chunk_rows = usize::try_from(args.chunk_rows).unwrap_or(usize::MAX);
     let source = GuardedSource::new(PgSource::new(options), permission);
     let pipeline = PipelineConfig {
         commit_mode: config.commit_mode,

@@ -169,6 +169,14 @@ impl BackfillPhase {
             Some(p) if p.ordinal >= ANCHOR_ORDINAL_BASE => (p.commit_lsn, p.ordinal + 1),
             _ => (Lsn::ZERO, ANCHOR_ORDINAL_BASE),
         };
+        // A token that ends among chunk rows was taken with the stream at their anchor +
+        // 1, which may be past its `commit_end` (an idle keepalive moved the stream on):
+        // no transaction in between carried anything, so the stream stands there again,
+        // and the next rows order after the token's.
+        let processed = match after {
+            Some(p) if p.ordinal >= ANCHOR_ORDINAL_BASE => processed.max(Lsn(p.commit_lsn.0 + 1)),
+            _ => processed,
+        };
         Ok(BackfillPhase {
             merge: Backfill::new(states, processed),
             catalog,
@@ -185,19 +193,29 @@ impl BackfillPhase {
 
     /// The progress of a fresh backfill of every table in `tables`.
     pub(crate) fn fresh_progress(tables: &[CatalogTable]) -> BackfillProgress {
-        BackfillProgress {
-            tables: tables
-                .iter()
-                .map(|t| TableBackfill {
-                    table: t.schema.name.clone(),
+        Self::with_new_tables(BackfillProgress::default(), tables)
+    }
+
+    /// `progress` plus a fresh entry for every table of `tables` it does not list: a table
+    /// added to the stream since (by configuration or to the publication) is backfilled
+    /// alone; the others continue where they were.
+    pub(crate) fn with_new_tables(
+        mut progress: BackfillProgress,
+        tables: &[CatalogTable],
+    ) -> BackfillProgress {
+        for table in tables {
+            if !progress.tables.iter().any(|t| t.table == table.schema.name) {
+                progress.tables.push(TableBackfill {
+                    table: table.schema.name.clone(),
                     done: false,
                     upto: None,
                     chunks: 0,
                     rows: 0,
                     windows: Vec::new(),
-                })
-                .collect(),
+                });
+            }
         }
+        progress
     }
 
     /// Whether chunks remain to be read and it is time to read them.
@@ -248,7 +266,8 @@ impl BackfillPhase {
     /// the next transaction (whose commit LSN is at least the end of the last one
     /// processed) and after every event already placed.
     fn anchor_position(&mut self) -> Position {
-        let lsn = Lsn(self.merge.processed().0.saturating_sub(1));
+        // Never below an earlier anchor: positions only grow.
+        let lsn = Lsn(self.merge.processed().0.saturating_sub(1)).max(self.anchor_lsn);
         if lsn != self.anchor_lsn {
             self.anchor_lsn = lsn;
             self.next_ordinal = ANCHOR_ORDINAL_BASE;
@@ -442,7 +461,7 @@ impl BackfillPhase {
     }
 
     /// The progress a token covering everything up to `last` (and transactions up to
-    /// `commit_end`) carries; `None` once the backfill is over for that token.
+    /// `commit_end`) carries (every table done, once the backfill is over).
     pub(crate) fn progress_for(
         &mut self,
         last: Option<Position>,
@@ -509,11 +528,9 @@ impl BackfillPhase {
         for entry in &mut self.covered.tables {
             entry.windows.retain(|w| w.until > commit_end);
         }
-        if self.covered_is_finished() {
-            None
-        } else {
-            Some(self.covered.clone())
-        }
+        // Kept after every table is done: a later run learns from it which tables it
+        // need not copy again (and backfills only a table added since).
+        Some(self.covered.clone())
     }
 
     /// The covered progress with `entry` in place of table `index`'s.

@@ -211,7 +211,8 @@ impl PgSource {
         }
         if let Some(backfill) = self.backfill.as_mut() {
             self.backfill_progress = backfill.progress_for(self.covered_position, self.covered_end);
-            if backfill.is_finished() && self.backfill_progress.is_none() {
+            if backfill.is_finished() {
+                // The last progress (every table done) stays in later tokens.
                 tracing::info!("online snapshot complete");
                 self.backfill = None;
             }

@@ -134,7 +134,9 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
             let start = confirmed.max(covered);
             start_streaming(source, repl, start).await?;
             if let Some(progress) = &token.backfill {
-                begin_backfill(source, progress.clone(), start)?;
+                let progress = BackfillPhase::with_new_tables(progress.clone(), &source.tables);
+                source.backfill_progress = Some(progress.clone());
+                begin_backfill(source, progress, start)?;
             }
             Ok(confirmed)
         }
