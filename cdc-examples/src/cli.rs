@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cdc_core::{CommitMode, ErrorKind, Lsn};
+use cdc_postgres::conn::Secret;
 use cdc_sinks::feldera::{ArrayBoundsPolicy, NonFinitePolicy, OutOfRangePolicy, TruncatePolicy};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -117,14 +118,14 @@ pub enum Command {
     DropSlot(DropSlotArgs),
 }
 
-/// `pgcdc demo`.
+/// `pgcdc demo`. `Debug` never shows the connection string (a [`Secret`]).
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Use this database instead of a throwaway local cluster (libpq URI or key=value
     /// string). The demo creates schema `pgcdc_demo`, publication and slot `pgcdc_demo`
     /// there and drops them at exit.
     #[arg(long)]
-    pub uri: Option<String>,
+    pub uri: Option<Secret>,
     /// Stop by itself after this long (e.g. `30`, `30s`, `2m`); default: until Ctrl-C.
     #[arg(long, value_parser = parse_duration, value_name = "SECS")]
     pub duration: Option<Duration>,
@@ -139,13 +140,13 @@ pub struct DemoArgs {
     pub status_interval: Duration,
 }
 
-/// How to reach the source.
+/// How to reach the source. `Debug` never shows the connection string (a [`Secret`]).
 #[derive(Clone, Debug, Args)]
 pub struct ConnArgs {
     /// Connection string: libpq URI (`postgres://user:pass@host:5432/db?sslmode=require`)
     /// or key=value form (`host=db dbname=shop user=cdc`).
     #[arg(long)]
-    pub uri: String,
+    pub uri: Secret,
 }
 
 /// What to stream.

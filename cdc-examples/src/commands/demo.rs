@@ -27,7 +27,7 @@ pub async fn run(args: DemoArgs, global: &GlobalArgs) -> Result<ExitCode, CliErr
         return Err(CliError::usage("--rate must be a positive number"));
     }
     let (cluster, conninfo) = match &args.uri {
-        Some(uri) => (None, uri.clone()),
+        Some(uri) => (None, uri.expose().to_owned()),
         None => {
             if !quiet {
                 eprintln!("pgcdc demo: starting a throwaway PostgreSQL cluster...");

@@ -53,8 +53,8 @@ pub(crate) fn parse_tables(tables: &[String]) -> Result<Vec<TableName>, CliError
 /// The source configuration from the command line.
 pub(crate) fn source_config(args: &SourceArgs) -> Result<SourceConfig, CliError> {
     parse_tables(&args.tables)?;
-    let mut config =
-        SourceConfig::new(&args.conn.uri, args.publication.clone())?.with_tables(&args.tables)?;
+    let mut config = SourceConfig::new(args.conn.uri.expose(), args.publication.clone())?
+        .with_tables(&args.tables)?;
     if let Some(slot) = &args.slot {
         config = config.with_slot(slot.clone())?;
     }

@@ -15,6 +15,8 @@ use std::time::Duration;
 use cdc_core::{BatchLimits, CommitMode, Error, Result, TableName, TableNameError};
 use serde::Deserialize;
 
+use super::secret::REDACTED;
+
 /// The host used when a connection string names none.
 ///
 /// libpq would use its compiled-in Unix socket directory; pgcdc does not guess a path and
@@ -155,7 +157,7 @@ impl fmt::Debug for PemSource {
         match self {
             PemSource::File(path) => f.debug_tuple("File").field(path).finish(),
             // Inline material may be a private key: never print it.
-            PemSource::Inline(_) => f.write_str("Inline(..)"),
+            PemSource::Inline(_) => f.debug_tuple("Inline").field(&REDACTED).finish(),
         }
     }
 }
@@ -213,7 +215,7 @@ impl fmt::Debug for ConnectionConfig {
             .field("port", &self.port)
             .field("dbname", &self.dbname)
             .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("password", &self.password.as_ref().map(|_| REDACTED))
             .field("tls", &self.tls)
             .field("application_name", &self.application_name)
             .field("connect_timeout", &self.connect_timeout)

@@ -16,6 +16,7 @@
 //!   `START_REPLICATION`).
 //! - [`stream`]: [`ReplicationStream`], the CopyBoth stream, run by a background task that
 //!   answers keepalives and sends status updates even while the consumer does not read.
+//! - [`secret`]: [`Secret`], a string `Debug` never shows, and the marker shown instead.
 //! - [`session`]: the settings every session pins (text output, timeouts), in one place.
 //! - [`sql`]: an ordinary `tokio-postgres` client over the same transport and TLS settings.
 //! - [`preflight`](mod@preflight): `wal_level`, privileges, publication, tables, replica identity and slot
@@ -31,6 +32,7 @@ pub mod identity;
 pub mod preflight;
 mod read_batching;
 pub mod replication;
+pub mod secret;
 pub mod session;
 pub mod slot;
 pub mod sql;
@@ -52,6 +54,7 @@ pub use replication::{
     CreateSlotOptions, CreatedSlot, PgOutputOptions, QueryResult, ReadSlot, ReplicationConnection,
     SnapshotAction, Streaming, SystemInfo,
 };
+pub use secret::{REDACTED, Secret};
 pub use slot::{SlotInfo, SlotProblem, inspect_slot, slot_problems};
 pub use sql::connect_sql;
 pub use stream::{FlushHandle, ReplicationStream, StreamOptions};
