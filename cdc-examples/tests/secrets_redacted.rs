@@ -8,8 +8,9 @@
 use std::fmt::Debug;
 
 use cdc_examples::cli::Cli;
+use cdc_postgres::conn::pgpass::PassFile;
 use cdc_postgres::conn::{
-    ConnectionConfig, PemSource, SourceConfig, SourceConfigJson, SslMode, TlsConfig,
+    ConnectionConfig, PemSource, PgEnv, SourceConfig, SourceConfigJson, SslMode, TlsConfig,
 };
 use cdc_postgres::source::PgSourceOptions;
 use clap::Parser;
@@ -124,4 +125,25 @@ fn command_line_arguments_redact_the_connection_string() {
             assert_redacted(argv[1], &cli.command);
         }
     }
+}
+
+#[test]
+fn the_environment_redacts_pgpassword_and_the_password_file() {
+    let pass_file = format!("db.example:5432:shop:cdc:{PASSWORD}\n");
+    let env = PgEnv::new()
+        .with_var("PGPASSWORD", PASSWORD)
+        .unwrap()
+        .with_var("PGHOST", "db.example")
+        .unwrap()
+        .with_pass_file(&pass_file);
+    let shown = assert_redacted("PgEnv", &env);
+    assert!(shown.contains("db.example"), "still useful: {shown}");
+    assert_redacted("PassFile", &PassFile::parse(&pass_file));
+    let env = PgEnv::new()
+        .with_var("PGUSER", "cdc")
+        .unwrap()
+        .with_pass_file(&pass_file);
+    let connection = ConnectionConfig::parse_with_env("host=db.example dbname=shop", &env).unwrap();
+    assert_eq!(connection.password.as_deref(), Some(PASSWORD));
+    assert_redacted("ConnectionConfig (from the password file)", &connection);
 }

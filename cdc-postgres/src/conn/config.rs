@@ -177,7 +177,7 @@ pub struct TlsConfig {
 }
 
 /// How to reach and log in to one PostgreSQL server: the parsed form of a libpq connection
-/// string (see [`conninfo`] for the accepted syntax and parameters).
+/// string (see [`conninfo`](super::conninfo) for the accepted syntax and parameters).
 ///
 /// `Debug` never prints the password or inline key material.
 #[derive(Clone, PartialEq, Eq)]
@@ -349,6 +349,26 @@ pub struct SourceConfig {
 }
 
 impl SourceConfig {
+    /// A configuration for `connection` and `publication`, with no table filter (every
+    /// table of the publication), the derived slot name, an initial snapshot, checkpoint
+    /// commit mode and default batch limits; checked with [`SourceConfig::validate`].
+    pub fn from_connection(
+        connection: ConnectionConfig,
+        publication: impl Into<String>,
+    ) -> Result<Self> {
+        let config = SourceConfig {
+            connection,
+            publication: publication.into(),
+            slot: None,
+            tables: Vec::new(),
+            snapshot: SnapshotMode::default(),
+            commit_mode: CommitMode::default(),
+            batch: BatchLimits::default(),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
     /// Adds tables by name (`schema.table`; a bare name is kept and rejected by preflight
     /// with the candidates from the publication). A malformed name is a Config error.
     pub fn with_tables<I, S>(mut self, tables: I) -> Result<Self>

@@ -13,8 +13,9 @@
 //! Supported parameters: see [`SUPPORTED_PARAMETERS`]. Anything else is a Config error that
 //! lists them — an ignored parameter (`sslmode` above all) would silently change what the
 //! user asked for. Later occurrences of a parameter override earlier ones, as in libpq.
-//! Environment variables (`PGHOST`, ...) and files (`~/.pgpass`, `~/.postgresql/`) are not
-//! consulted: the configuration says everything.
+//! Environment variables (`PGHOST`, ...) and the password file (`~/.pgpass`) are consulted
+//! only through [`ConnectionConfig::parse_with_env`] (see [`super::env`]); `~/.postgresql/`
+//! never is.
 //!
 //! Not supported, with an error that says so: several hosts (`host=a,b`) and
 //! `sslrootcert=system`.
@@ -39,12 +40,11 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use cdc_core::{BatchLimits, CommitMode, Error, Result};
+use cdc_core::{Error, Result};
 use percent_encoding::percent_decode_str;
 
 use super::config::{
-    ConnectionConfig, DEFAULT_HOST, DEFAULT_PORT, Host, PemSource, SnapshotMode, SourceConfig,
-    TlsConfig,
+    ConnectionConfig, DEFAULT_HOST, DEFAULT_PORT, Host, PemSource, SourceConfig, TlsConfig,
 };
 
 /// The parameters a connection string may contain.
@@ -70,6 +70,39 @@ pub fn parse(conninfo: &str) -> Result<ConnectionConfig> {
     let params = parse_params(conninfo)?;
     check_guarded(&params)?;
     build(params.into_iter().map(Param::into_pair).collect())
+}
+
+/// Parses `conninfo` like [`parse`], with `defaults` (`(parameter, value, source)`) for the
+/// parameters it does not set (even to an empty value), as libpq applies its environment
+/// variables. A default is checked only when it applies; its error names its source (and
+/// shows the value, unless it is the password).
+pub(crate) fn parse_with_defaults(
+    conninfo: &str,
+    defaults: &[(&str, &str, &str)],
+) -> Result<ConnectionConfig> {
+    let params = parse_params(conninfo)?;
+    check_guarded(&params)?;
+    let mut pairs = Vec::new();
+    for &(key, value, source) in defaults {
+        if params.iter().any(|p| p.key == key) {
+            continue;
+        }
+        let alone = vec![
+            ("user".to_owned(), "-".to_owned()),
+            (key.to_owned(), value.to_owned()),
+        ];
+        if let Err(e) = build(alone) {
+            return Err(config_error(if key == "password" {
+                format!("{source} is not a valid password (the value is not shown)")
+            } else {
+                format!("{source}: {}", e.message())
+            }));
+        }
+        pairs.push((key.to_owned(), value.to_owned()));
+    }
+    // Earlier pairs are overridden by later ones: the connection string's come last.
+    pairs.extend(params.into_iter().map(Param::into_pair));
+    build(pairs)
 }
 
 /// Splits a connection string into decoded `(key, value)` pairs, in order, without
@@ -614,7 +647,11 @@ impl ConnectionConfig {
     /// (`host=db user=alice password='it\'s'`), and checks it ([`ConnectionConfig::validate`]).
     ///
     /// Every error is [`cdc_core::ErrorKind::Config`] and names the offending parameter;
-    /// unknown parameters are errors that list the supported ones.
+    /// unknown parameters are errors that list the supported ones. No error shows any part
+    /// of the password.
+    ///
+    /// Never consults the environment: for libpq's `PG*` variables and password file, use
+    /// [`ConnectionConfig::parse_with_env`].
     pub fn parse(conninfo: &str) -> Result<Self> {
         let config = parse(conninfo)?;
         config.validate()?;
@@ -633,18 +670,12 @@ impl SourceConfig {
     /// A configuration for `conninfo` (libpq URI or key=value form) and `publication`, with
     /// no table filter (every table of the publication), the derived slot name, an initial
     /// snapshot, checkpoint commit mode and default batch limits.
+    ///
+    /// Never consults the environment (see [`super::env`]): to complete the connection
+    /// string from libpq's `PG*` variables and password file, use
+    /// `SourceConfig::from_connection(ConnectionConfig::parse_with_env(..)?, ..)`.
     pub fn new(conninfo: &str, publication: impl Into<String>) -> Result<Self> {
-        let config = SourceConfig {
-            connection: ConnectionConfig::parse(conninfo)?,
-            publication: publication.into(),
-            slot: None,
-            tables: Vec::new(),
-            snapshot: SnapshotMode::default(),
-            commit_mode: CommitMode::default(),
-            batch: BatchLimits::default(),
-        };
-        config.validate()?;
-        Ok(config)
+        SourceConfig::from_connection(ConnectionConfig::parse(conninfo)?, publication)
     }
 }
 

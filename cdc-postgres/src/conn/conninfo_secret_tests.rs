@@ -1,7 +1,7 @@
 //! No connection-string error shows any part of the password: known cases, and a property
 //! over passwords made of every special character, written in every form (URI
 //! percent-encoded and raw, key=value quoted and unquoted) inside valid and malformed
-//! strings.
+//! strings, also when completed from the environment.
 //!
 //! The property needs care to be able to fail and to mean something:
 //! - Error messages contain fixed text (`"connection URI"`, `"'%25'"`) that a random
@@ -20,6 +20,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::conn::config::SourceConfig;
+use crate::conn::env::PgEnv;
 
 /// Characters that appear in no error message template and in none of the fixed text of
 /// the tested strings.
@@ -187,6 +188,11 @@ fn leak(message: &str, password: &str, rest: &str) -> Option<String> {
 /// The error messages `text` gives, through every API that parses a connection string.
 fn errors(text: &str) -> Vec<String> {
     let mut messages = Vec::new();
+    let env = PgEnv::new()
+        .with_var("PGUSER", "cdc")
+        .and_then(|env| env.with_var("PGSSLMODE", "prefer"))
+        .unwrap_or_default()
+        .with_pass_file("*:*:*:*:from-file\n");
     for result in [
         parse(text).map(drop),
         ConnectionConfig::parse(text).map(drop),
@@ -194,6 +200,7 @@ fn errors(text: &str) -> Vec<String> {
         SourceConfig::new(text, "pub").map(drop),
         SourceConfig::from_json(&serde_json::json!({"uri": text, "publication": "p"}).to_string())
             .map(drop),
+        ConnectionConfig::parse_with_env(text, &env).map(drop),
     ] {
         if let Err(e) = result {
             messages.push(e.to_string());

@@ -3,7 +3,8 @@
 //!
 //! - [`config`]: [`SourceConfig`] (what to stream) and [`ConnectionConfig`] (how to reach the
 //!   server), parsed from a libpq connection string by [`conninfo`], or deserialized from
-//!   the JSON shape of Feldera's `postgres_cdc` connector ([`feldera`]).
+//!   the JSON shape of Feldera's `postgres_cdc` connector ([`feldera`]); completed from
+//!   libpq's `PG*` variables and password file on request only ([`mod@env`], [`pgpass`]).
 //! - [`identity`]: the stable source id and default slot name (host, port, database and
 //!   publication only), and the resume check against the server's system identifier and
 //!   timeline.
@@ -25,10 +26,12 @@
 
 pub mod config;
 pub mod conninfo;
+pub mod env;
 pub mod error;
 pub mod feldera;
 mod framing;
 pub mod identity;
+pub mod pgpass;
 pub mod preflight;
 mod read_batching;
 pub mod replication;
@@ -45,6 +48,7 @@ pub use config::{
     ConnectionConfig, DEFAULT_HOST, DEFAULT_PORT, Host, PemSource, SnapshotMode, SourceConfig,
     SslMode, TableRef, TlsConfig, validate_slot_name,
 };
+pub use env::{ENV_PARAMETERS, PgEnv};
 pub use feldera::SourceConfigJson;
 pub use identity::{SLOT_PREFIX, check_resume, default_slot_name, stable_source_id};
 pub use preflight::{

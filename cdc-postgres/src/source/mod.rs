@@ -1,7 +1,7 @@
 //! `PgSource`: a consistent initial snapshot, then the slot's change stream, as a
 //! [`cdc_core::Source`].
 //!
-//! - [`catalog`]: what the catalog says about the configured tables.
+//! - [`catalog`](crate::catalog): what the catalog says about the configured tables.
 //! - `start`: the decisions at start — resume, redo an interrupted snapshot, create the
 //!   slot — each checked against the slot's state.
 //! - `snapshot_phase`: snapshot rows and markers with positions.
