@@ -98,8 +98,9 @@ pub enum LogFormat {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Start a throwaway local PostgreSQL (or use --uri), run a live workload on a small
-    /// schema and stream its changes as Feldera JSON to stdout. Ctrl-C stops it cleanly.
+    /// Start a throwaway local PostgreSQL (or use the database of --uri, --uri-file or
+    /// --uri-env), run a live workload on a small schema and stream its changes as Feldera
+    /// JSON to stdout. Ctrl-C stops it cleanly.
     #[command(after_help = EXIT_CODES)]
     Demo(DemoArgs),
     /// Stream a publication's tables: an initial snapshot, then every change, to stdout or
@@ -118,14 +119,14 @@ pub enum Command {
     DropSlot(DropSlotArgs),
 }
 
-/// `pgcdc demo`. `Debug` never shows the connection string (a [`Secret`]).
+/// `pgcdc demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Use this database instead of a throwaway local cluster (libpq URI or key=value
-    /// string). The demo creates schema `pgcdc_demo`, publication and slot `pgcdc_demo`
-    /// there and drops them at exit.
-    #[arg(long)]
-    pub uri: Option<Secret>,
+    /// A database to use instead of a throwaway local cluster: the demo creates schema
+    /// `pgcdc_demo`, publication and slot `pgcdc_demo` there and drops them at exit.
+    /// Without a flag, a local cluster is used even when `PG*` variables are set.
+    #[command(flatten)]
+    pub conn: ConnArgs,
     /// Stop by itself after this long (e.g. `30`, `30s`, `2m`); default: until Ctrl-C.
     #[arg(long, value_parser = parse_duration, value_name = "SECS")]
     pub duration: Option<Duration>,
@@ -140,13 +141,26 @@ pub struct DemoArgs {
     pub status_interval: Duration,
 }
 
-/// How to reach the source. `Debug` never shows the connection string (a [`Secret`]).
+/// How to reach the source: a connection string from at most one of `--uri`,
+/// `--uri-file` and `--uri-env`, completed from libpq's environment (`PGHOST`, `PGUSER`,
+/// `PGPASSWORD`, `~/.pgpass`, ...; see [`crate::connection`]). `Debug` never shows the
+/// connection string (a [`Secret`]).
 #[derive(Clone, Debug, Args)]
+#[group(multiple = false)]
 pub struct ConnArgs {
     /// Connection string: libpq URI (`postgres://user:pass@host:5432/db?sslmode=require`)
-    /// or key=value form (`host=db dbname=shop user=cdc`).
+    /// or key=value form (`host=db dbname=shop user=cdc`). Other users of this machine can
+    /// see it (ps): give the password by PGPASSWORD or ~/.pgpass, or the whole string by
+    /// --uri-file or --uri-env. What it leaves out comes from PGHOST, PGPORT, PGDATABASE,
+    /// PGUSER, PGPASSWORD, PGSSLMODE, ... and ~/.pgpass (or PGPASSFILE), as in libpq.
     #[arg(long)]
-    pub uri: Secret,
+    pub uri: Option<Secret>,
+    /// Read the connection string from this file (instead of --uri).
+    #[arg(long, value_name = "PATH")]
+    pub uri_file: Option<PathBuf>,
+    /// Read the connection string from this environment variable (instead of --uri).
+    #[arg(long, value_name = "NAME")]
+    pub uri_env: Option<String>,
 }
 
 /// What to stream.
