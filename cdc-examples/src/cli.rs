@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cdc_core::{CommitMode, ErrorKind, Lsn};
+use cdc_postgres::conn::Secret;
 use cdc_sinks::feldera::{ArrayBoundsPolicy, NonFinitePolicy, OutOfRangePolicy, TruncatePolicy};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -97,8 +98,9 @@ pub enum LogFormat {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Start a throwaway local PostgreSQL (or use --uri), run a live workload on a small
-    /// schema and stream its changes as Feldera JSON to stdout. Ctrl-C stops it cleanly.
+    /// Start a throwaway local PostgreSQL (or use the database of --uri, --uri-file or
+    /// --uri-env), run a live workload on a small schema and stream its changes as Feldera
+    /// JSON to stdout. Ctrl-C stops it cleanly.
     #[command(after_help = EXIT_CODES)]
     Demo(DemoArgs),
     /// Stream a publication's tables: an initial snapshot, then every change, to stdout or
@@ -120,32 +122,46 @@ pub enum Command {
 /// `pgcdc demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Use this database instead of a throwaway local cluster (libpq URI or key=value
-    /// string). The demo creates schema `pgcdc_demo`, publication and slot `pgcdc_demo`
-    /// there and drops them at exit.
-    #[arg(long)]
-    pub uri: Option<String>,
-    /// Stop by itself after this long (e.g. `30`, `30s`, `2m`); default: until Ctrl-C.
-    #[arg(long, value_parser = parse_duration, value_name = "SECS")]
+    /// A database to use instead of a throwaway local cluster: the demo creates schema
+    /// `pgcdc_demo`, publication and slot `pgcdc_demo` there and drops them at exit.
+    /// Without a flag, a local cluster is used even when `PG*` variables are set.
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// Stop by itself after this long (e.g. `30`, `30s`, `2m`; 100ms to 720h); default:
+    /// until Ctrl-C.
+    #[arg(long, value_parser = duration_between(DEMO_DURATION), value_name = "SECS")]
     pub duration: Option<Duration>,
-    /// Workload transactions per second.
-    #[arg(long, default_value_t = 5.0)]
+    /// Workload transactions per second (0.01 to 10000).
+    #[arg(long, default_value_t = 5.0, value_parser = parse_rate)]
     pub rate: f64,
-    /// Orders in the table before the snapshot.
-    #[arg(long, default_value_t = 20_000)]
+    /// Orders in the table before the snapshot (at most 10000000).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(0..=MAX_SEED_ROWS))]
     pub seed_rows: u32,
-    /// Interval of the status line on stderr.
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    /// Interval of the status line on stderr (100ms to 1h).
+    #[arg(long, value_parser = duration_between(STATUS_INTERVAL), default_value = "5s")]
     pub status_interval: Duration,
 }
 
-/// How to reach the source.
+/// How to reach the source: a connection string from at most one of `--uri`,
+/// `--uri-file` and `--uri-env`, completed from libpq's environment (`PGHOST`, `PGUSER`,
+/// `PGPASSWORD`, `~/.pgpass`, ...; see [`crate::connection`]). `Debug` never shows the
+/// connection string (a [`Secret`]).
 #[derive(Clone, Debug, Args)]
+#[group(multiple = false)]
 pub struct ConnArgs {
     /// Connection string: libpq URI (`postgres://user:pass@host:5432/db?sslmode=require`)
-    /// or key=value form (`host=db dbname=shop user=cdc`).
+    /// or key=value form (`host=db dbname=shop user=cdc`). Other users of this machine can
+    /// see it (ps): give the password by PGPASSWORD or ~/.pgpass, or the whole string by
+    /// --uri-file or --uri-env. What it leaves out comes from PGHOST, PGPORT, PGDATABASE,
+    /// PGUSER, PGPASSWORD, PGSSLMODE, ... and ~/.pgpass (or PGPASSFILE), as in libpq.
     #[arg(long)]
-    pub uri: String,
+    pub uri: Option<Secret>,
+    /// Read the connection string from this file (instead of --uri).
+    #[arg(long, value_name = "PATH")]
+    pub uri_file: Option<PathBuf>,
+    /// Read the connection string from this environment variable (instead of --uri).
+    #[arg(long, value_name = "NAME")]
+    pub uri_env: Option<String>,
 }
 
 /// What to stream.
@@ -183,8 +199,8 @@ pub struct StreamArgs {
     #[arg(long, value_enum, default_value_t = CommitModeArg::Checkpoint)]
     pub commit_mode: CommitModeArg,
     /// How often the output is checkpointed (made durable with its resume position), e.g.
-    /// `1s`, `500ms`.
-    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    /// `1s`, `500ms` (10ms to 1h).
+    #[arg(long, value_parser = duration_between(CHECKPOINT_INTERVAL), default_value = "1s")]
     pub checkpoint_interval: Duration,
     /// Output format on stdout: Feldera JSON envelopes with a `table` key, one JSON
     /// object per event (`json`, debugging), or readable text.
@@ -215,15 +231,15 @@ pub struct StreamArgs {
     /// Summary printed to stderr at exit.
     #[arg(long, value_enum, default_value_t = SummaryArg::Text)]
     pub summary: SummaryArg,
-    /// Interval of the status line on stderr.
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    /// Interval of the status line on stderr (100ms to 1h).
+    #[arg(long, value_parser = duration_between(STATUS_INTERVAL), default_value = "5s")]
     pub status_interval: Duration,
-    /// Connections copying the initial snapshot in parallel (`--snapshot online`: tables
-    /// whose chunks are read at once).
+    /// Connections copying the initial snapshot in parallel, 1 to 64 (`--snapshot online`:
+    /// tables whose chunks are read at once).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub snapshot_workers: u16,
-    /// `--snapshot online`: rows per chunk (each chunk is one short transaction; the
-    /// stream waits while one is read).
+    /// `--snapshot online`: rows per chunk, 1 to 10,000,000 (each chunk is one short
+    /// transaction; the stream waits while one is read).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub chunk_rows: u32,
 }
@@ -443,6 +459,68 @@ impl From<cdc_core::Error> for CliError {
     }
 }
 
+/// `--checkpoint-interval`: a timer must not spin (zero makes tokio's interval panic), and
+/// an hour between checkpoints is already more than any sink should hold back.
+pub const CHECKPOINT_INTERVAL: (Duration, Duration) =
+    (Duration::from_millis(10), Duration::from_secs(3600));
+/// `--status-interval`: the display does not refresh faster than 100ms anyway.
+pub const STATUS_INTERVAL: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(3600));
+/// `demo --duration`: up to 30 days; without the flag the demo runs until Ctrl-C.
+pub const DEMO_DURATION: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(720 * 3600));
+/// `demo --rate`, transactions per second: the workload's timer period is `1 / rate`,
+/// which must be a duration (a rate of 1e-300 overflowed it, and panicked).
+pub const DEMO_RATE: (f64, f64) = (0.01, 10_000.0);
+/// `demo --seed-rows`: more would take the demo's setup minutes and gigabytes.
+pub const MAX_SEED_ROWS: i64 = 10_000_000;
+
+/// A value parser for a duration flag ([`parse_duration`]) from `bounds.0` to `bounds.1`
+/// inclusive. clap puts the flag's name before its message.
+pub fn duration_between(
+    bounds: (Duration, Duration),
+) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    let (min, max) = bounds;
+    move |text| {
+        let range = format!(
+            "a duration between {} and {}",
+            show_duration(min),
+            show_duration(max)
+        );
+        match parse_duration(text) {
+            Ok(duration) if (min..=max).contains(&duration) => Ok(duration),
+            Ok(_) => Err(format!("must be {range}")),
+            Err(e) => Err(format!("{e}; expected {range}")),
+        }
+    }
+}
+
+/// `demo --rate`: a finite number of transactions per second within [`DEMO_RATE`].
+pub fn parse_rate(text: &str) -> Result<f64, String> {
+    let (min, max) = DEMO_RATE;
+    match text.trim().parse::<f64>() {
+        // NaN is in no range.
+        Ok(rate) if (min..=max).contains(&rate) => Ok(rate),
+        _ => Err(format!(
+            "must be a number of transactions per second between {min} and {max}"
+        )),
+    }
+}
+
+/// `d` in the largest unit [`parse_duration`] reads back exactly (`10ms`, `5s`, `1h`).
+fn show_duration(d: Duration) -> String {
+    let seconds = d.as_secs();
+    if d.subsec_nanos() != 0 {
+        format!("{}ms", d.as_millis())
+    } else if seconds.is_multiple_of(3600) {
+        format!("{}h", seconds / 3600)
+    } else if seconds.is_multiple_of(60) {
+        format!("{}m", seconds / 60)
+    } else {
+        format!("{seconds}s")
+    }
+}
+
 /// Parses `500ms`, `1s`, `2.5s`, `3m`, `1h`, or a bare number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -480,6 +558,25 @@ mod tests {
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("1d").is_err());
         assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn ranges_are_checked_and_shown() {
+        let check = duration_between(CHECKPOINT_INTERVAL);
+        assert_eq!(check("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(check("10ms"), Ok(Duration::from_millis(10)));
+        assert_eq!(check("1h"), Ok(Duration::from_secs(3600)));
+        for bad in ["0", "9ms", "61m", "1e9h", "-1s", "NaN"] {
+            let err = check(bad).unwrap_err();
+            assert!(err.contains("between 10ms and 1h"), "{bad}: {err}");
+        }
+        assert_eq!(show_duration(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(show_duration(Duration::from_secs(90)), "90s");
+        assert_eq!(show_duration(Duration::from_secs(120)), "2m");
+        assert_eq!(parse_rate("2.5"), Ok(2.5));
+        for bad in ["0", "-1", "1e-300", "1e300", "NaN", "inf", "-inf", "x"] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

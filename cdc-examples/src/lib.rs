@@ -4,6 +4,8 @@
 //!
 //! - [`cli`]: the command line (clap) and the exit codes;
 //! - [`commands`]: `demo`, `stream`, `check`, `slots` and `drop-slot`;
+//! - [`connection`]: the connection string from `--uri`, `--uri-file` or `--uri-env`,
+//!   completed from libpq's environment (`PG*` variables, `~/.pgpass`);
 //! - [`counting_sink`]: a [`cdc_core::Sink`] wrapper that counts changes per table and
 //!   operation for the summaries and the progress display;
 //! - [`source_guard`]: a [`cdc_core::Source`] wrapper that refuses to create or replace a
@@ -13,6 +15,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod connection;
 pub mod counting_sink;
 pub mod progress;
 pub mod source_guard;

@@ -139,3 +139,51 @@ async fn wrong_password_and_missing_publication_are_configuration_errors() {
         .get(0);
     assert_eq!(slots, 0);
 }
+
+/// Every duration, rate and size flag is checked against its range by the command line
+/// parser: zero, negative, absurdly large, NaN and infinite values are usage errors (exit
+/// 2) that name the flag and its range, before anything connects or starts. (`--rate
+/// 1e-300`, `--checkpoint-interval 0` and huge durations used to panic.)
+#[test]
+fn out_of_range_durations_rates_and_sizes_are_usage_errors() {
+    const STREAM: &[&str] = &[
+        "stream",
+        "--uri",
+        "postgres://x@localhost/db",
+        "--publication",
+        "p",
+    ];
+    let cases: &[(&[&str], &str, &[&str])] = &[
+        (
+            STREAM,
+            "--checkpoint-interval",
+            &["0", "0ms", "-1s", "1000000h", "99999999999999999999h"],
+        ),
+        (STREAM, "--status-interval", &["0", "-5s", "100000000h"]),
+        (STREAM, "--snapshot-workers", &["0", "-1", "1000000"]),
+        (
+            &["demo"],
+            "--rate",
+            &["0", "-1", "1e-300", "1e300", "NaN", "inf", "-inf"],
+        ),
+        (&["demo"], "--duration", &["0", "-1s", "99999999999h"]),
+        (&["demo"], "--status-interval", &["0", "1000000h"]),
+        (
+            &["demo"],
+            "--seed-rows",
+            &["-1", "4294967296", "1000000000"],
+        ),
+    ];
+    for (command, flag, values) in cases {
+        for value in *values {
+            let mut args: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+            args.push(format!("{flag}={value}"));
+            let output = run(pgcdc(&args), TIMEOUT);
+            let stderr = assert_clean_failure(&output, Some(2));
+            assert!(
+                stderr.contains(*flag) && (stderr.contains("between") || stderr.contains("..=")),
+                "{args:?}: names the flag and its range:\n{stderr}"
+            );
+        }
+    }
+}

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cdc_core::PipelineConfig;
-use cdc_postgres::conn::{ReplicationConnection, SourceConfig, connect_sql};
+use cdc_postgres::conn::{ConnectionConfig, ReplicationConnection, SourceConfig, connect_sql};
 use cdc_postgres::source::{PgSource, PgSourceOptions};
 use cdc_sinks::{EncoderOptions, FelderaStreamSink, Framing};
 use tokio_postgres::Client;
@@ -26,25 +26,28 @@ pub async fn run(args: DemoArgs, global: &GlobalArgs) -> Result<ExitCode, CliErr
     if !(args.rate > 0.0 && args.rate.is_finite()) {
         return Err(CliError::usage("--rate must be a positive number"));
     }
-    let (cluster, conninfo) = match &args.uri {
-        Some(uri) => (None, uri.clone()),
-        None => {
-            if !quiet {
-                eprintln!("pgcdc demo: starting a throwaway PostgreSQL cluster...");
-            }
-            let cluster = LocalCluster::start().map_err(|e| {
-                CliError::other(format!("could not start a local PostgreSQL cluster: {e}"))
-            })?;
-            let conninfo = cluster.conninfo();
-            (Some(cluster), conninfo)
+    let given =
+        args.conn.uri.is_some() || args.conn.uri_file.is_some() || args.conn.uri_env.is_some();
+    let (cluster, connection) = if given {
+        (None, super::connection(&args.conn)?)
+    } else {
+        if !quiet {
+            eprintln!("pgcdc demo: starting a throwaway PostgreSQL cluster...");
         }
+        let cluster = LocalCluster::start().map_err(|e| {
+            CliError::other(format!("could not start a local PostgreSQL cluster: {e}"))
+        })?;
+        // The local cluster's own connection string says everything: the `PG*`
+        // variables (meant for some other server) must not change it.
+        let connection = ConnectionConfig::parse(&cluster.conninfo())?;
+        (Some(cluster), super::with_connect_timeout(connection))
     };
-    let result = demo(&args, &conninfo, quiet).await;
+    let result = demo(&args, &connection, quiet).await;
     match cluster {
         // Stops the server and removes its directory.
         Some(cluster) => drop(cluster),
         None => {
-            if let Err(e) = clean_up(&conninfo).await {
+            if let Err(e) = clean_up(&connection).await {
                 eprintln!("pgcdc demo: warning: cleaning up failed: {}", e.message);
             }
         }
@@ -52,18 +55,20 @@ pub async fn run(args: DemoArgs, global: &GlobalArgs) -> Result<ExitCode, CliErr
     result
 }
 
-async fn demo(args: &DemoArgs, conninfo: &str, quiet: bool) -> Result<ExitCode, CliError> {
-    let connection = super::connection(conninfo)?;
-    let client = connect_sql(&connection).await?;
+async fn demo(
+    args: &DemoArgs,
+    connection: &ConnectionConfig,
+    quiet: bool,
+) -> Result<ExitCode, CliError> {
+    let client = connect_sql(connection).await?;
     client
         .batch_execute(&setup_sql(args.seed_rows))
         .await
         .map_err(|e| sql_error("creating the demo schema failed", e))?;
     let tables = [format!("{DEMO}.customers"), format!("{DEMO}.orders")];
-    let mut config = SourceConfig::new(conninfo, DEMO)?
+    let config = SourceConfig::from_connection(connection.clone(), DEMO)?
         .with_tables(&tables)?
         .with_slot(DEMO)?;
-    config.connection = connection.clone();
     if !quiet {
         eprintln!(
             "pgcdc demo: streaming {} from {}:{} as Feldera JSON on stdout; Ctrl-C stops",
@@ -206,17 +211,17 @@ async fn workload(client: Client, rate: f64, seed_rows: u32) {
     }
 }
 
-/// Drops what the demo created in a database given with `--uri`.
-async fn clean_up(conninfo: &str) -> Result<(), CliError> {
-    let connection = super::connection(conninfo)?;
-    let mut replication = ReplicationConnection::connect(&connection).await?;
+/// Drops what the demo created in a database given with `--uri` (or `--uri-file`,
+/// `--uri-env`).
+async fn clean_up(connection: &ConnectionConfig) -> Result<(), CliError> {
+    let mut replication = ReplicationConnection::connect(connection).await?;
     if let Err(e) = replication.drop_slot(DEMO, true).await
         && e.server_error().is_none_or(|s| s.code != "42704")
     {
         return Err(e.into());
     }
     replication.close().await;
-    let client = connect_sql(&connection).await?;
+    let client = connect_sql(connection).await?;
     client
         .batch_execute(&format!(
             "DROP PUBLICATION IF EXISTS {DEMO}; DROP SCHEMA IF EXISTS {DEMO} CASCADE;"

@@ -18,7 +18,7 @@ use cdc_postgres::conn::{
 };
 use tokio_postgres::Client;
 
-use crate::cli::{CliError, SourceArgs, SummaryArg};
+use crate::cli::{CliError, ConnArgs, SourceArgs, SummaryArg};
 use crate::counting_sink::CountingSink;
 use crate::progress::Reporter;
 use crate::signals::Interrupts;
@@ -33,13 +33,18 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// released before reporting it.
 const SLOT_RELEASE_WAIT: Duration = Duration::from_secs(30);
 
-/// Parses `--uri`, with a default connect timeout.
-pub(crate) fn connection(uri: &str) -> Result<ConnectionConfig, CliError> {
-    let mut connection = ConnectionConfig::parse(uri)?;
+/// The connection the flags and libpq's environment give ([`crate::connection`]), with a
+/// default connect timeout.
+pub(crate) fn connection(args: &ConnArgs) -> Result<ConnectionConfig, CliError> {
+    Ok(with_connect_timeout(crate::connection::resolve(args)?))
+}
+
+/// `connection` with [`DEFAULT_CONNECT_TIMEOUT`] unless it sets one.
+pub(crate) fn with_connect_timeout(mut connection: ConnectionConfig) -> ConnectionConfig {
     connection
         .connect_timeout
         .get_or_insert(DEFAULT_CONNECT_TIMEOUT);
-    Ok(connection)
+    connection
 }
 
 /// Checks every `--table` is schema-qualified before anything connects.
@@ -54,14 +59,11 @@ pub(crate) fn parse_tables(tables: &[String]) -> Result<Vec<TableName>, CliError
 pub(crate) fn source_config(args: &SourceArgs) -> Result<SourceConfig, CliError> {
     parse_tables(&args.tables)?;
     let mut config =
-        SourceConfig::new(&args.conn.uri, args.publication.clone())?.with_tables(&args.tables)?;
+        SourceConfig::from_connection(connection(&args.conn)?, args.publication.clone())?
+            .with_tables(&args.tables)?;
     if let Some(slot) = &args.slot {
         config = config.with_slot(slot.clone())?;
     }
-    config
-        .connection
-        .connect_timeout
-        .get_or_insert(DEFAULT_CONNECT_TIMEOUT);
     Ok(config)
 }
 

@@ -31,7 +31,7 @@ struct SlotRow {
 
 /// Runs `pgcdc slots`.
 pub async fn run(args: SlotsArgs) -> Result<ExitCode, CliError> {
-    let connection = super::connection(&args.conn.uri)?;
+    let connection = super::connection(&args.conn)?;
     let client = connect_sql(&connection).await?;
     let rows = client
         .query(
@@ -112,7 +112,7 @@ pub async fn run(args: SlotsArgs) -> Result<ExitCode, CliError> {
 
 /// Runs `pgcdc drop-slot`.
 pub async fn drop_slot(args: DropSlotArgs) -> Result<ExitCode, CliError> {
-    let connection = super::connection(&args.conn.uri)?;
+    let connection = super::connection(&args.conn)?;
     let mut replication = ReplicationConnection::connect(&connection).await?;
     let result = replication.drop_slot(&args.name, args.wait).await;
     replication.close().await;

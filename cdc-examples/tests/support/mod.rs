@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// A `pgcdc` command.
+/// A `pgcdc` command, without the test process's libpq environment: no `PG*` variable,
+/// and a password file that does not exist (so a developer's `~/.pgpass` plays no part).
 pub fn pgcdc<I, S>(args: I) -> Command
 where
     I: IntoIterator<Item = S>,
@@ -19,6 +20,11 @@ where
         .env("RUST_BACKTRACE", "1")
         .env_remove("RUST_LOG")
         .stdin(Stdio::null());
+    for (var, _) in cdc_postgres::conn::ENV_PARAMETERS {
+        cmd.env_remove(var);
+    }
+    cmd.env_remove("PGSERVICE")
+        .env("PGPASSFILE", "/nonexistent/pgcdc-tests/pgpass");
     cmd
 }
 

@@ -15,6 +15,8 @@ use std::time::Duration;
 use cdc_core::{BatchLimits, CommitMode, Error, Result, TableName, TableNameError};
 use serde::Deserialize;
 
+use super::secret::REDACTED;
+
 /// The host used when a connection string names none.
 ///
 /// libpq would use its compiled-in Unix socket directory; pgcdc does not guess a path and
@@ -225,7 +227,7 @@ impl fmt::Debug for PemSource {
         match self {
             PemSource::File(path) => f.debug_tuple("File").field(path).finish(),
             // Inline material may be a private key: never print it.
-            PemSource::Inline(_) => f.write_str("Inline(..)"),
+            PemSource::Inline(_) => f.debug_tuple("Inline").field(&REDACTED).finish(),
         }
     }
 }
@@ -285,7 +287,7 @@ impl fmt::Debug for ConnectionConfig {
             .field("port", &self.port)
             .field("dbname", &self.dbname)
             .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("password", &self.password.as_ref().map(|_| REDACTED))
             .field("tls", &self.tls)
             .field("application_name", &self.application_name)
             .field("connect_timeout", &self.connect_timeout)
@@ -425,6 +427,26 @@ pub struct SourceConfig {
 }
 
 impl SourceConfig {
+    /// A configuration for `connection` and `publication`, with no table filter (every
+    /// table of the publication), the derived slot name, an initial snapshot, checkpoint
+    /// commit mode and default batch limits; checked with [`SourceConfig::validate`].
+    pub fn from_connection(
+        connection: ConnectionConfig,
+        publication: impl Into<String>,
+    ) -> Result<Self> {
+        let config = SourceConfig {
+            connection,
+            publication: publication.into(),
+            slot: None,
+            tables: Vec::new(),
+            snapshot: SnapshotMode::default(),
+            commit_mode: CommitMode::default(),
+            batch: BatchLimits::default(),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
     /// Adds tables by name (`schema.table`; a bare name is kept and rejected by preflight
     /// with the candidates from the publication). A malformed name is a Config error.
     pub fn with_tables<I, S>(mut self, tables: I) -> Result<Self>

@@ -13,23 +13,38 @@
 //! Supported parameters: see [`SUPPORTED_PARAMETERS`]. Anything else is a Config error that
 //! lists them — an ignored parameter (`sslmode` above all) would silently change what the
 //! user asked for. Later occurrences of a parameter override earlier ones, as in libpq.
-//! Environment variables (`PGHOST`, ...) and files (`~/.pgpass`, `~/.postgresql/`) are not
-//! consulted: the configuration says everything.
+//! Environment variables (`PGHOST`, ...) and the password file (`~/.pgpass`) are consulted
+//! only through [`ConnectionConfig::parse_with_env`] (see [`super::env`]); `~/.postgresql/`
+//! never is.
 //!
 //! Not supported, with an error that says so: several hosts (`host=a,b`) and
 //! `sslrootcert=system`.
+//!
+//! Errors never show any part of a password, even of one written wrongly. In a URI, a raw
+//! `/` or `?` in the password ends the host part early and moves the rest of the password
+//! into what looks like the port, the path or the query; so no error quotes text that may
+//! hold part of one: anything before the last `@` (credentials end there: a raw `@` or `:`
+//! in a password works), everything when there is no `@` but the host part has a `:`
+//! (`postgres://user:password` with the host forgotten), and every query parameter after
+//! `password=` (a raw `&` in it starts what looks like the next parameter). Such errors
+//! name the parameter only, if it is a known one, and say how to encode the password. In
+//! key=value form a password value ends at white space, so the word after it must be
+//! a parameter name followed by `=`; otherwise the password had a space and was not
+//! quoted, and the error names the keyword only. Words that are not parameter names
+//! (`postgress://user:password@host`) are never quoted either. What no parser can tell
+//! apart: a raw `@` in the password of a URI whose `@host` is missing
+//! (`postgres://user:p@ss` is user `user`, password `p`, host `ss`).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use cdc_core::{BatchLimits, CommitMode, Error, Result};
+use cdc_core::{Error, Result};
 use percent_encoding::percent_decode_str;
 
 use super::config::{
-    ConnectionConfig, DEFAULT_HOST, DEFAULT_PORT, Host, PemSource, SnapshotMode, SourceConfig,
-    TlsConfig,
+    ConnectionConfig, DEFAULT_HOST, DEFAULT_PORT, Host, PemSource, SourceConfig, TlsConfig,
 };
 
 /// The parameters a connection string may contain.
@@ -53,13 +68,79 @@ pub const SUPPORTED_PARAMETERS: &[&str] = &[
 /// Parses a connection string in either form without the cross-parameter checks of
 /// [`ConnectionConfig::validate`] (callers that merge further settings validate after).
 pub fn parse(conninfo: &str) -> Result<ConnectionConfig> {
-    let pairs = parse_pairs(conninfo)?;
+    let params = parse_params(conninfo)?;
+    check_guarded(&params)?;
+    build(params.into_iter().map(Param::into_pair).collect())
+}
+
+/// Parses `conninfo` like [`parse`], with `defaults` (`(parameter, value, source)`) for the
+/// parameters it does not set (even to an empty value), as libpq applies its environment
+/// variables. A default is checked only when it applies; its error names its source (and
+/// shows the value, unless it is the password).
+pub(crate) fn parse_with_defaults(
+    conninfo: &str,
+    defaults: &[(&str, &str, &str)],
+) -> Result<ConnectionConfig> {
+    let params = parse_params(conninfo)?;
+    check_guarded(&params)?;
+    let mut pairs = Vec::new();
+    for &(key, value, source) in defaults {
+        if params.iter().any(|p| p.key == key) {
+            continue;
+        }
+        let alone = vec![
+            ("user".to_owned(), "-".to_owned()),
+            (key.to_owned(), value.to_owned()),
+        ];
+        if let Err(e) = build(alone) {
+            return Err(config_error(if key == "password" {
+                format!("{source} is not a valid password (the value is not shown)")
+            } else {
+                format!("{source}: {}", e.message())
+            }));
+        }
+        pairs.push((key.to_owned(), value.to_owned()));
+    }
+    // Earlier pairs are overridden by later ones: the connection string's come last.
+    pairs.extend(params.into_iter().map(Param::into_pair));
     build(pairs)
 }
 
 /// Splits a connection string into decoded `(key, value)` pairs, in order, without
 /// interpreting them.
 pub fn parse_pairs(conninfo: &str) -> Result<Vec<(String, String)>> {
+    Ok(parse_params(conninfo)?
+        .into_iter()
+        .map(Param::into_pair)
+        .collect())
+}
+
+/// One decoded parameter of a connection string.
+#[derive(Debug)]
+struct Param {
+    key: String,
+    value: String,
+    /// Its text may be part of a password written wrongly (see the module documentation):
+    /// an error about it must show neither its value nor, unless it is a known parameter,
+    /// its name.
+    guarded: bool,
+}
+
+impl Param {
+    fn new(key: &str, value: String, guarded: bool) -> Self {
+        Param {
+            key: key.to_owned(),
+            value,
+            guarded,
+        }
+    }
+
+    fn into_pair(self) -> (String, String) {
+        (self.key, self.value)
+    }
+}
+
+fn parse_params(conninfo: &str) -> Result<Vec<Param>> {
     let trimmed = conninfo.trim_start();
     if let Some(rest) = trimmed
         .strip_prefix("postgresql://")
@@ -68,6 +149,57 @@ pub fn parse_pairs(conninfo: &str) -> Result<Vec<(String, String)>> {
         parse_uri(rest)
     } else {
         parse_key_value(conninfo)
+    }
+}
+
+/// What an error about a guarded parameter (only URIs have them) says instead of showing
+/// it.
+const GUARDED_HINT: &str = "not shown, as it may be part of the password: in a URI the credentials end at the '@' before the host, and a password's '/', '?', '%' and '&' are written %2F, %3F, %25 and %26";
+
+/// `build` quotes the values it rejects and the names it does not know. A guarded
+/// parameter is first checked on its own, so that its error can be replaced by one that
+/// shows nothing of it. (Each of `build`'s checks of one parameter depends on that
+/// parameter alone.)
+fn check_guarded(params: &[Param]) -> Result<()> {
+    for param in params.iter().filter(|p| p.guarded) {
+        // Their errors never show the value (and both are known names).
+        if param.key == "user" || param.key == "password" {
+            continue;
+        }
+        let alone = vec![
+            ("user".to_owned(), "-".to_owned()),
+            (param.key.clone(), param.value.clone()),
+        ];
+        if build(alone).is_err() {
+            return Err(if SUPPORTED_PARAMETERS.contains(&param.key.as_str()) {
+                config_error(format!(
+                    "invalid {} in the connection URI (the value is {GUARDED_HINT})",
+                    param.key
+                ))
+            } else {
+                config_error(format!(
+                    "unknown connection parameter (the name is {GUARDED_HINT}); supported parameters are: {}",
+                    SUPPORTED_PARAMETERS.join(", ")
+                ))
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether `key` looks like a parameter name (letters, digits, underscores), so that an
+/// error may show it: anything else may be a mangled URI with a password in it.
+fn is_name(key: &str) -> bool {
+    !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// `key` for an error message: quoted if it looks like a parameter name, else a
+/// description that shows nothing of it.
+fn shown_name(key: &str) -> String {
+    if is_name(key) {
+        format!("{key:?}")
+    } else {
+        "(not shown: it is no parameter name and may hold a secret)".to_owned()
     }
 }
 
@@ -111,32 +243,41 @@ fn decode(component: &str, what: &str) -> Result<String> {
         })
 }
 
-/// Parses the part after `postgres://`.
-fn parse_uri(rest: &str) -> Result<Vec<(String, String)>> {
-    let mut pairs = Vec::new();
+/// Parses the part after `postgres://`, marking the parameters whose text may hold part
+/// of a password as guarded (see the module documentation).
+fn parse_uri(rest: &str) -> Result<Vec<Param>> {
+    let mut params = Vec::new();
     // Credentials end at the last '@' before the first '/' or '?': a raw '/' or '?' inside
     // a password must be percent-encoded (a raw '@' happens to work, but encode it too).
     let netloc_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let mut remaining = rest;
-    if let Some(at) = rest[..netloc_end].rfind('@') {
+    // Text before this offset may be part of a password, wherever the parse puts it.
+    let guard_end = match rest.rfind('@') {
+        Some(at) => at,
+        None if !rest.starts_with('[') && rest[..netloc_end].contains(':') => rest.len(),
+        None => 0,
+    };
+    let mut pos = 0;
+    let credentials = rest[..netloc_end].rfind('@');
+    if let Some(at) = credentials {
         let userinfo = &rest[..at];
-        remaining = &rest[at + 1..];
         let (user, password) = match userinfo.split_once(':') {
             Some((u, p)) => (u, Some(p)),
             None => (userinfo, None),
         };
         if !user.is_empty() {
-            pairs.push(("user".to_owned(), decode(user, "user name")?));
+            params.push(Param::new("user", decode(user, "user name")?, true));
         }
         if let Some(p) = password {
-            pairs.push(("password".to_owned(), decode(p, "password")?));
+            params.push(Param::new("password", decode(p, "password")?, true));
         }
+        pos = at + 1;
     }
 
     // Host and port.
+    let remaining = &rest[pos..];
     let hostport_end = remaining.find(['/', '?']).unwrap_or(remaining.len());
     let hostport = &remaining[..hostport_end];
-    remaining = &remaining[hostport_end..];
+    let guarded = pos < guard_end;
     if hostport.contains(',') {
         return Err(multiple_hosts());
     }
@@ -150,67 +291,106 @@ fn parse_uri(rest: &str) -> Result<Vec<(String, String)>> {
         let port = match after {
             "" => None,
             p => Some(p.strip_prefix(':').ok_or_else(|| {
-                config_error(format!(
-                    "unexpected {p:?} after the IPv6 address in the connection URI"
-                ))
+                config_error(
+                    "unexpected text after the IPv6 address in the connection URI: expected ':' and the port",
+                )
             })?),
         };
         (addr.to_owned(), port)
     } else {
         match hostport.rsplit_once(':') {
+            // Two ':' outside brackets: not a host and a port, but most likely
+            // `user:password` with the '@host' forgotten.
+            Some((h, _)) if h.contains(':') => {
+                return Err(config_error(format!(
+                    "invalid host in the connection URI: it contains ':' (write an IPv6 address in brackets, [::1]; the text is {GUARDED_HINT})"
+                )));
+            }
             Some((h, p)) => (decode(h, "host")?, Some(p)),
             None => (decode(hostport, "host")?, None),
         }
     };
     if !host.is_empty() {
-        pairs.push(("host".to_owned(), host));
+        params.push(Param::new("host", host, guarded));
     }
     if let Some(port) = port {
-        pairs.push(("port".to_owned(), decode(port, "port")?));
+        params.push(Param::new("port", decode(port, "port")?, guarded));
     }
+    pos += hostport_end;
 
     // Database.
-    if let Some(path) = remaining.strip_prefix('/') {
+    if let Some(path) = rest[pos..].strip_prefix('/') {
         let end = path.find('?').unwrap_or(path.len());
         let dbname = &path[..end];
-        if !dbname.is_empty() {
-            pairs.push(("dbname".to_owned(), decode(dbname, "database name")?));
+        if credentials.is_none() && dbname.contains('@') {
+            // `postgres://user:pass/word@host/db`: the '/' of the password ended the
+            // host part. A database name with '@' must write it as %40.
+            return Err(config_error(format!(
+                "the connection URI has an '@' after the host part, in the database name (the text is {GUARDED_HINT}; an '@' in a database name is written %40)"
+            )));
         }
-        remaining = &path[end..];
+        if !dbname.is_empty() {
+            params.push(Param::new(
+                "dbname",
+                decode(dbname, "database name")?,
+                pos < guard_end,
+            ));
+        }
+        pos += 1 + end;
     }
 
     // Parameters.
-    if let Some(query) = remaining.strip_prefix('?') {
+    if let Some(query) = rest[pos..].strip_prefix('?') {
+        let mut param_pos = pos + 1;
+        // A raw '&' in a password parameter starts what looks like the next parameter.
+        let mut after_password = false;
         for param in query.split('&') {
+            let guarded = after_password || param_pos < guard_end;
+            param_pos += param.len() + 1;
             if param.is_empty() {
                 continue;
             }
-            let (key, value) = param.split_once('=').ok_or_else(|| {
-                config_error(format!(
-                    "connection URI parameter {param:?} has no value: expected name=value"
-                ))
-            })?;
+            let Some((key, value)) = param.split_once('=') else {
+                return Err(config_error(if guarded {
+                    format!(
+                        "a connection URI parameter has no value: expected name=value (the parameter is {GUARDED_HINT})"
+                    )
+                } else {
+                    format!("connection URI parameter {param:?} has no value: expected name=value")
+                }));
+            };
             if value.contains('=') {
-                return Err(config_error(format!(
-                    "connection URI parameter {key:?} contains a second '=': percent-encode it as %3D"
-                )));
+                return Err(config_error(
+                    if guarded && !SUPPORTED_PARAMETERS.contains(&key) {
+                        format!(
+                            "a connection URI parameter contains a second '=': percent-encode it as %3D (the parameter is {GUARDED_HINT})"
+                        )
+                    } else {
+                        format!(
+                            "connection URI parameter {} contains a second '=': percent-encode it as %3D",
+                            shown_name(key)
+                        )
+                    },
+                ));
             }
-            pairs.push((
-                decode(key, "parameter name")?,
-                decode(value, "parameter value")?,
-            ));
+            let key = decode(key, "parameter name")?;
+            after_password |= key == "password";
+            params.push(Param {
+                value: decode(value, "parameter value")?,
+                key,
+                guarded,
+            });
         }
-    } else if !remaining.is_empty() {
-        return Err(config_error(format!(
-            "unexpected {remaining:?} in the connection URI"
-        )));
+    } else if !rest[pos..].is_empty() {
+        // Not reached: the host part and the path end only at '/', '?' or the end.
+        return Err(config_error("unexpected text in the connection URI"));
     }
-    Ok(pairs)
+    Ok(params)
 }
 
 /// Parses `key = value` pairs.
-fn parse_key_value(conninfo: &str) -> Result<Vec<(String, String)>> {
-    let mut pairs = Vec::new();
+fn parse_key_value(conninfo: &str) -> Result<Vec<Param>> {
+    let mut pairs: Vec<Param> = Vec::new();
     let mut chars = conninfo.chars().peekable();
     loop {
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
@@ -221,11 +401,19 @@ fn parse_key_value(conninfo: &str) -> Result<Vec<(String, String)>> {
         while let Some(c) = chars.next_if(|c| !c.is_whitespace() && *c != '=') {
             key.push(c);
         }
+        // A password value ends at white space, so what follows it must be a parameter;
+        // anything else is most likely the rest of a password with a space, not quoted.
+        let after_password = pairs.last().is_some_and(|p| p.key == "password");
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
         if chars.next() != Some('=') {
-            return Err(config_error(format!(
-                "missing \"=\" after {key:?} in the connection string (expected key=value pairs or a postgres:// URI)"
-            )));
+            return Err(if after_password {
+                unquoted_password()
+            } else {
+                missing_equals(&key, pairs.last().map(|p| p.key.as_str()))
+            });
+        }
+        if after_password && !SUPPORTED_PARAMETERS.contains(&key.as_str()) {
+            return Err(unquoted_password());
         }
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
         let mut value = String::new();
@@ -234,14 +422,16 @@ fn parse_key_value(conninfo: &str) -> Result<Vec<(String, String)>> {
                 match chars.next() {
                     None => {
                         return Err(config_error(format!(
-                            "unterminated quoted value of {key:?} in the connection string"
+                            "unterminated quoted value of parameter {} in the connection string",
+                            shown_name(&key)
                         )));
                     }
                     Some('\\') => match chars.next() {
                         Some(c) => value.push(c),
                         None => {
                             return Err(config_error(format!(
-                                "unterminated quoted value of {key:?} in the connection string"
+                                "unterminated quoted value of parameter {} in the connection string",
+                                shown_name(&key)
                             )));
                         }
                     },
@@ -260,8 +450,50 @@ fn parse_key_value(conninfo: &str) -> Result<Vec<(String, String)>> {
                 }
             }
         }
-        pairs.push((key, value));
+        pairs.push(Param {
+            key,
+            value,
+            guarded: false,
+        });
     }
+}
+
+/// The error for a word after a password value that is not a parameter: it shows nothing
+/// of the word, which is most likely part of the password.
+fn unquoted_password() -> Error {
+    config_error(
+        "the value of password is followed by a word that is not a parameter (not shown, as it may be part of the password): a password with spaces must be quoted, password='...', with ' and \\ inside written as \\' and \\\\",
+    )
+}
+
+/// The error for a word without `=` (not after a password value; `previous` is the key of
+/// the pair before it, if any).
+fn missing_equals(key: &str, previous: Option<&str>) -> Error {
+    // `postgress://user:password@host`: a URI with a scheme the parser does not know.
+    if let Some((scheme, _)) = key.split_once("://") {
+        let scheme = if is_name(scheme) {
+            format!(" {scheme:?}")
+        } else {
+            String::new()
+        };
+        return config_error(format!(
+            "unsupported connection URI scheme{scheme}: a connection URI starts with postgres:// or postgresql://"
+        ));
+    }
+    if !is_name(key) {
+        return config_error(
+            "the connection string is neither key=value pairs nor a URI starting with postgres:// or postgresql:// (it is not shown, as it may hold a password)",
+        );
+    }
+    let hint = match previous.filter(|p| is_name(p)) {
+        Some(previous) => format!(
+            "; if it belongs to the value of {previous}, quote that value: {previous}='...'"
+        ),
+        None => String::new(),
+    };
+    config_error(format!(
+        "missing \"=\" after {key:?} in the connection string (expected key=value pairs or a postgres:// URI){hint}"
+    ))
 }
 
 fn multiple_hosts() -> Error {
@@ -272,7 +504,8 @@ fn multiple_hosts() -> Error {
 
 fn unknown_parameter(key: &str) -> Error {
     config_error(format!(
-        "unknown connection parameter {key:?}; supported parameters are: {}",
+        "unknown connection parameter {}; supported parameters are: {}",
+        shown_name(key),
         SUPPORTED_PARAMETERS.join(", ")
     ))
 }
@@ -416,7 +649,11 @@ impl ConnectionConfig {
     /// (`host=db user=alice password='it\'s'`), and checks it ([`ConnectionConfig::validate`]).
     ///
     /// Every error is [`cdc_core::ErrorKind::Config`] and names the offending parameter;
-    /// unknown parameters are errors that list the supported ones.
+    /// unknown parameters are errors that list the supported ones. No error shows any part
+    /// of the password.
+    ///
+    /// Never consults the environment: for libpq's `PG*` variables and password file, use
+    /// [`ConnectionConfig::parse_with_env`].
     pub fn parse(conninfo: &str) -> Result<Self> {
         let config = parse(conninfo)?;
         config.validate()?;
@@ -435,18 +672,12 @@ impl SourceConfig {
     /// A configuration for `conninfo` (libpq URI or key=value form) and `publication`, with
     /// no table filter (every table of the publication), the derived slot name, an initial
     /// snapshot, checkpoint commit mode and default batch limits.
+    ///
+    /// Never consults the environment (see [`super::env`]): to complete the connection
+    /// string from libpq's `PG*` variables and password file, use
+    /// `SourceConfig::from_connection(ConnectionConfig::parse_with_env(..)?, ..)`.
     pub fn new(conninfo: &str, publication: impl Into<String>) -> Result<Self> {
-        let config = SourceConfig {
-            connection: ConnectionConfig::parse(conninfo)?,
-            publication: publication.into(),
-            slot: None,
-            tables: Vec::new(),
-            snapshot: SnapshotMode::default(),
-            commit_mode: CommitMode::default(),
-            batch: BatchLimits::default(),
-        };
-        config.validate()?;
-        Ok(config)
+        SourceConfig::from_connection(ConnectionConfig::parse(conninfo)?, publication)
     }
 }
 
@@ -660,3 +891,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "conninfo_secret_tests.rs"]
+mod secret_tests;

@@ -189,6 +189,13 @@ pub(crate) fn from_tokio_postgres(
     }
     let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(&err);
     while let Some(inner) = cause {
+        // tokio-postgres's only way to say it (its error kinds are private); its own
+        // Display is just "invalid configuration".
+        if inner.to_string() == "password missing" {
+            return Error::config(format!(
+                "{context}: the server requires a password, but no password is configured: add password=... to the connection string (or, with ConnectionConfig::parse_with_env, set PGPASSWORD or a ~/.pgpass entry)"
+            ));
+        }
         if inner.downcast_ref::<rustls::Error>().is_some() {
             return Error::config(format!("{context}: TLS failed")).with_source(err);
         }

@@ -35,13 +35,17 @@ use serde::Deserialize;
 
 use super::config::{PemSource, SnapshotMode, SourceConfig, SslMode, TableRef};
 use super::conninfo;
+use super::secret::Secret;
 
 /// The serde form of [`SourceConfig`] (see the module documentation).
+///
+/// `Debug` never shows the connection string (it may hold a password) or the inline
+/// private key: both are [`Secret`]s.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfigJson {
     /// libpq connection string, URI or key=value form (Feldera: `uri`).
-    pub uri: String,
+    pub uri: Secret,
     /// The publication's exact name.
     pub publication: String,
     /// One table, schema-qualified (Feldera's field).
@@ -64,7 +68,7 @@ pub struct SourceConfigJson {
     pub ssl_client_location: Option<String>,
     /// Client private key, PEM text.
     #[serde(default)]
-    pub ssl_client_key: Option<String>,
+    pub ssl_client_key: Option<Secret>,
     /// File with the client private key, PEM.
     #[serde(default)]
     pub ssl_client_key_location: Option<String>,
@@ -134,8 +138,8 @@ impl TryFrom<SourceConfigJson> for SourceConfig {
     type Error = Error;
 
     fn try_from(json: SourceConfigJson) -> Result<Self, Error> {
-        let pairs = conninfo::parse_pairs(&json.uri)?;
-        let mut connection = conninfo::parse(&json.uri)?;
+        let pairs = conninfo::parse_pairs(json.uri.expose())?;
+        let mut connection = conninfo::parse(json.uri.expose())?;
 
         let ca = pem_or_file(&json.ssl_ca_pem, &json.ssl_ca_location, "CA (ssl_ca_*)");
         if let Some(ca) = ca {
@@ -168,7 +172,7 @@ impl TryFrom<SourceConfigJson> for SourceConfig {
             ),
         };
         let client_key = pem_or_file(
-            &json.ssl_client_key,
+            &json.ssl_client_key.clone().map(Secret::into_exposed),
             &json.ssl_client_key_location,
             "client key (ssl_client_key*)",
         );

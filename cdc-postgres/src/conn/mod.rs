@@ -3,7 +3,8 @@
 //!
 //! - [`config`]: [`SourceConfig`] (what to stream) and [`ConnectionConfig`] (how to reach the
 //!   server), parsed from a libpq connection string by [`conninfo`], or deserialized from
-//!   the JSON shape of Feldera's `postgres_cdc` connector ([`feldera`]).
+//!   the JSON shape of Feldera's `postgres_cdc` connector ([`feldera`]); completed from
+//!   libpq's `PG*` variables and password file on request only ([`mod@env`], [`pgpass`]).
 //! - [`identity`]: the stable source id and default slot name (host, port, database and
 //!   publication only), and the resume check against the server's system identifier and
 //!   timeline.
@@ -18,6 +19,7 @@
 //!   `START_REPLICATION`).
 //! - [`stream`]: [`ReplicationStream`], the CopyBoth stream, run by a background task that
 //!   answers keepalives and sends status updates even while the consumer does not read.
+//! - [`secret`]: [`Secret`], a string `Debug` never shows, and the marker shown instead.
 //! - [`session`]: the settings every session pins (text output, timeouts), in one place.
 //! - [`sql`]: an ordinary `tokio-postgres` client over the same transport and TLS settings.
 //! - [`preflight`](mod@preflight): `wal_level`, privileges, publication, tables, replica identity and slot
@@ -27,13 +29,16 @@
 mod channel_binding;
 pub mod config;
 pub mod conninfo;
+pub mod env;
 pub mod error;
 pub mod feldera;
 mod framing;
 pub mod identity;
+pub mod pgpass;
 pub mod preflight;
 mod read_batching;
 pub mod replication;
+pub mod secret;
 pub mod session;
 pub mod slot;
 pub mod sql;
@@ -46,6 +51,7 @@ pub use config::{
     ChannelBinding, ConnectionConfig, DEFAULT_HOST, DEFAULT_PORT, Host, PemSource, SnapshotMode,
     SourceConfig, SslMode, TableRef, TlsConfig, validate_slot_name,
 };
+pub use env::{ENV_PARAMETERS, PgEnv};
 pub use feldera::SourceConfigJson;
 pub use identity::{SLOT_PREFIX, check_resume, default_slot_name, stable_source_id};
 pub use preflight::{
@@ -55,6 +61,7 @@ pub use replication::{
     CreateSlotOptions, CreatedSlot, PgOutputOptions, QueryResult, ReadSlot, ReplicationConnection,
     SnapshotAction, Streaming, SystemInfo,
 };
+pub use secret::{REDACTED, Secret};
 pub use slot::{SlotInfo, SlotProblem, inspect_slot, slot_problems};
 pub use sql::connect_sql;
 pub use stream::{FlushHandle, ReplicationStream, StreamOptions};

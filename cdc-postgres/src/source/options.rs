@@ -98,12 +98,45 @@ impl Default for ReconnectPolicy {
 
 impl ReconnectPolicy {
     /// The delay before attempt `attempt` (0-based): exponential, capped, with ±25% jitter.
+    /// Never panics, whatever the durations.
     pub fn delay(&self, attempt: u32) -> Duration {
         let base = self
             .initial_backoff
             .saturating_mul(1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX))
             .min(self.max_backoff);
         let jitter = rand::random_range(0.75..1.25);
-        base.mul_f64(jitter)
+        // Not `mul_f64`, which panics when the product does not fit a `Duration` (a huge
+        // `max_backoff`): such a delay stays at its base.
+        Duration::try_from_secs_f64(base.as_secs_f64() * jitter).unwrap_or(base)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_are_capped_jittered_and_never_overflow() {
+        let policy = ReconnectPolicy::default();
+        for attempt in [0, 1, 5, 20, 21, u32::MAX] {
+            let delay = policy.delay(attempt);
+            assert!(
+                delay >= policy.initial_backoff.mul_f64(0.75),
+                "{attempt}: {delay:?}"
+            );
+            assert!(
+                delay <= policy.max_backoff.mul_f64(1.25),
+                "{attempt}: {delay:?}"
+            );
+        }
+        // A huge backoff (a configuration's "wait forever") is a long wait, not a panic.
+        let huge = ReconnectPolicy {
+            max_attempts: None,
+            initial_backoff: Duration::MAX,
+            max_backoff: Duration::MAX,
+        };
+        for attempt in [0, 1, u32::MAX] {
+            assert!(huge.delay(attempt) >= Duration::from_secs(u64::MAX / 2));
+        }
     }
 }
