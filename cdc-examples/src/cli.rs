@@ -238,6 +238,12 @@ pub struct StreamArgs {
     /// tables whose chunks are read at once).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub snapshot_workers: u16,
+    /// Copy this table again while streaming (repeatable): the output gets a TRUNCATE of
+    /// the table, then its rows in chunks (online), and ends equal to the table. Restarts
+    /// that table's copy on every run given the flag: give it once. With Feldera JSON,
+    /// choose how TRUNCATE is written (--on-truncate).
+    #[arg(long = "resnapshot", value_name = "SCHEMA.TABLE")]
+    pub resnapshot: Vec<String>,
     /// `--snapshot online`: rows per chunk, 1 to 10,000,000 (each chunk is one short
     /// transaction; the stream waits while one is read).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]

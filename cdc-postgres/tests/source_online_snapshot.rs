@@ -444,10 +444,96 @@ proptest::proptest! {
     }
 }
 
-/// Regression (found by the test above): a consumer crash right after chunks were placed
+/// Regressions found by the test above: a consumer crash right after chunks were placed
 /// while the stream had moved on idle (past the token's `commit_end`) must not give the
-/// next rows positions below the token's, which deduplication would drop.
+/// next rows positions below the token's, which deduplication would drop; and a crash
+/// before the first checkpoint (a slot, no token) must start the online snapshot over,
+/// not stream from the slot as if the sink had the tables.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_crash_among_chunk_rows_continues_the_snapshot() {
     online_snapshot_with_faults(&[(Fault::ConsumerCrash, 300), (Fault::ConsumerCrash, 200)]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_crash_before_the_first_checkpoint_starts_the_snapshot_over() {
+    online_snapshot_with_faults(&[(Fault::ConsumerCrash, 0)]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resnapshot_of_one_table_converges_while_writes_continue() {
+    let cluster = Cluster::new().await.unwrap();
+    cluster
+        .execute(
+            "CREATE TABLE public.a (id int PRIMARY KEY, v text);
+             CREATE TABLE public.b (id int PRIMARY KEY, v text);
+             INSERT INTO public.a SELECT g, 'a' || g FROM generate_series(1, 2000) g;
+             INSERT INTO public.b SELECT g, 'b' || g FROM generate_series(1, 2000) g;
+             CREATE PUBLICATION pub FOR TABLE public.a, public.b;",
+        )
+        .await
+        .unwrap();
+    // First run: the consistent snapshot, then streaming.
+    let handle = MemoryHandle::default();
+    let mut running = spawn(options(&cluster, &["public.a", "public.b"]), &handle);
+    running
+        .wait_for_equal(
+            &cluster,
+            &handle,
+            &["public.a", "public.b"],
+            Duration::from_secs(60),
+        )
+        .await;
+    running.stop().await;
+    let events_before = handle.changes().len();
+    // Second run: copy b again while writers change both tables.
+    let mut options = online(&cluster, &["public.a", "public.b"], 300);
+    options.resnapshot = vec![cdc_core::TableName::new("public", "b")];
+    let mut running = spawn(options, &handle);
+    let client = cluster.connect("postgres").await.unwrap();
+    for i in 0..100 {
+        client
+            .batch_execute(&format!(
+                "UPDATE public.a SET v = v || '!' WHERE id = {x};
+                 UPDATE public.b SET v = v || '?' WHERE id = {y};
+                 UPDATE public.b SET id = id + 10000 WHERE id = {z};
+                 INSERT INTO public.b VALUES ({n}, 'new');",
+                x = 1 + i * 19,
+                y = 1 + i * 17,
+                z = 1 + i * 13 + 5,
+                n = 20_000 + i
+            ))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    running
+        .wait_for_equal(
+            &cluster,
+            &handle,
+            &["public.a", "public.b"],
+            Duration::from_secs(60),
+        )
+        .await;
+    running.stop().await;
+    assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
+    assert!(handle.duplicate_positions().is_empty());
+    let later = &handle.changes()[events_before..];
+    let name_b = cdc_core::TableName::new("public", "b");
+    let name_a = cdc_core::TableName::new("public", "a");
+    assert!(
+        later.iter().any(|e| matches!(&e.kind, EventKind::Truncate { tables, .. } if tables.iter().any(|t| t.name == name_b))),
+        "b was not reset before its new copy"
+    );
+    let chunks = |name: &cdc_core::TableName| {
+        later
+            .iter()
+            .filter(|e| matches!(&e.kind, EventKind::Snapshot(SnapshotMarker::ChunkStarted { table, .. }) if table == name))
+            .count()
+    };
+    assert!(
+        chunks(&name_b) >= 6,
+        "b copied in chunks: {}",
+        chunks(&name_b)
+    );
+    assert_eq!(chunks(&name_a), 0, "a was not copied again");
 }

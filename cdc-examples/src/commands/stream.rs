@@ -62,6 +62,17 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
     options.end_lsn = args.end_lsn;
     options.snapshot_workers = usize::from(args.snapshot_workers);
     options.backfill_chunk_rows = usize::try_from(args.chunk_rows).unwrap_or(usize::MAX);
+    options.resnapshot = args
+        .resnapshot
+        .iter()
+        .map(|t| {
+            cdc_core::TableName::parse(t).map_err(|e| {
+                CliError::usage(format!(
+                    "--resnapshot {t:?}: {e} (write it as schema.table)"
+                ))
+            })
+        })
+        .collect::<Result<_, _>>()?;
     let source = GuardedSource::new(PgSource::new(options), permission);
     let pipeline = PipelineConfig {
         commit_mode: config.commit_mode,

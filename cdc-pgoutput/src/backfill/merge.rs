@@ -304,6 +304,16 @@ impl Backfill {
         }
     }
 
+    /// Starts table `index`'s backfill over from its first row, whatever its state (the
+    /// source puts a TRUNCATE of the table at the next anchor, before the first chunk,
+    /// so the sink holds nothing of it when the chunks come).
+    pub fn restart_table_at_anchor(&mut self, index: usize) {
+        if let Some(state) = self.tables.get_mut(index) {
+            state.frontier = Frontier::NotStarted;
+            state.windows.clear();
+        }
+    }
+
     fn index_of(&self, table: &SchemaRef) -> Option<usize> {
         self.tables.iter().position(|t| t.table == table.name)
     }

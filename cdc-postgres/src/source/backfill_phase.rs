@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cdc_core::{
     BackfillProgress, BackfillWindow, ChangeEvent, Error, EventKind, Lsn, Position, Result,
-    SnapshotMarker, TableBackfill,
+    SnapshotMarker, TableBackfill, TableName,
 };
 use cdc_pgoutput::backfill::key_order::{KeyColumnOrder, KeyOrder};
 use cdc_pgoutput::backfill::merge::{Backfill, Frontier, Key, TableState, Window, key_of};
@@ -91,6 +91,8 @@ pub(crate) struct BackfillPhase {
     covered: BackfillProgress,
     steps: VecDeque<Step>,
     not_before: Option<Instant>,
+    /// Tables whose next chunk must be preceded by a TRUNCATE (copied again on request).
+    truncate_first: Vec<usize>,
 }
 
 impl BackfillPhase {
@@ -188,12 +190,37 @@ impl BackfillPhase {
             covered,
             steps: VecDeque::new(),
             not_before: None,
+            truncate_first: Vec::new(),
         })
     }
 
     /// The progress of a fresh backfill of every table in `tables`.
     pub(crate) fn fresh_progress(tables: &[CatalogTable]) -> BackfillProgress {
         Self::with_new_tables(BackfillProgress::default(), tables)
+    }
+
+    /// The progress of a stream whose sink holds every table of `tables` in full.
+    pub(crate) fn all_done(tables: &[CatalogTable]) -> BackfillProgress {
+        let mut progress = Self::fresh_progress(tables);
+        for entry in &mut progress.tables {
+            entry.done = true;
+        }
+        progress
+    }
+
+    /// Copies `table` again from its first row: a TRUNCATE of the table goes first (at
+    /// the anchor of its first chunk), so the sink drops its copy before the new rows.
+    pub(crate) fn restart(&mut self, table: &TableName) -> Result<()> {
+        let Some(index) = self.merge.tables().iter().position(|t| &t.table == table) else {
+            return Err(Error::config(format!(
+                "cannot copy {table} again: it is not one of the stream's tables"
+            )));
+        };
+        self.merge.restart_table_at_anchor(index);
+        if !self.truncate_first.contains(&index) {
+            self.truncate_first.push(index);
+        }
+        Ok(())
     }
 
     /// `progress` plus a fresh entry for every table of `tables` it does not list: a table
@@ -389,6 +416,22 @@ impl BackfillPhase {
         else {
             return Ok(true);
         };
+        if let Some(at) = self.truncate_first.iter().position(|&t| t == index) {
+            self.truncate_first.swap_remove(at);
+            let position = self.anchor_position();
+            out.push_back(ChangeEvent {
+                position,
+                kind: EventKind::Truncate {
+                    tables: vec![schema.clone()],
+                    cascade: false,
+                    restart_identity: false,
+                },
+            });
+            self.steps.push_back(Step::Restart {
+                table: index,
+                at: position,
+            });
+        }
         if first {
             let position = self.anchor_position();
             out.push_back(ChangeEvent {

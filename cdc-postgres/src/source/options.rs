@@ -41,6 +41,12 @@ pub struct PgSourceOptions {
     /// transaction; the stream waits while a chunk is read and placed, so this bounds
     /// that pause (and the memory a chunk holds).
     pub backfill_chunk_rows: usize,
+    /// Online snapshot: tables to copy again on this run, while the stream runs (a
+    /// resumed stream, in either snapshot mode). Each is delivered as a TRUNCATE of the
+    /// table followed by its rows in chunks, so a sink ends with the table as it is — also
+    /// a sink that applies events as a multiset. Each run given the list starts these
+    /// tables' copies over; give it once.
+    pub resnapshot: Vec<cdc_core::TableName>,
     /// Copy the snapshot and stop (`initial_only`): no streaming; the slot is temporary.
     pub snapshot_only: bool,
     /// Stop cleanly once the stream reaches this LSN (like `pg_recvlogical -E`).
@@ -66,6 +72,7 @@ impl PgSourceOptions {
             snapshot_workers: 2,
             snapshot_chunk_pages: 16_384,
             backfill_chunk_rows: 10_000,
+            resnapshot: Vec::new(),
             snapshot_only: false,
             end_lsn: None,
             reconnect: ReconnectPolicy::default(),

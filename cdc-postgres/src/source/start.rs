@@ -133,10 +133,32 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
             source.confirmed = confirmed;
             let start = confirmed.max(covered);
             start_streaming(source, repl, start).await?;
-            if let Some(progress) = &token.backfill {
-                let progress = BackfillPhase::with_new_tables(progress.clone(), &source.tables);
+            let resnapshot = source.options.resnapshot.clone();
+            let progress = match (&token.backfill, resnapshot.is_empty()) {
+                (Some(progress), _) => Some(BackfillPhase::with_new_tables(
+                    progress.clone(),
+                    &source.tables,
+                )),
+                // A stream without online progress (consistent snapshot, or none): every
+                // table is the sink's already, except those to copy again.
+                (None, false) => Some(BackfillPhase::all_done(&source.tables)),
+                (None, true) => None,
+            };
+            if let Some(progress) = progress {
+                for table in &resnapshot {
+                    if !source.tables.iter().any(|t| &t.schema.name == table) {
+                        return Err(Error::config(format!(
+                            "--resnapshot {table}: the table is not one the stream delivers"
+                        )));
+                    }
+                }
                 source.backfill_progress = Some(progress.clone());
                 begin_backfill(source, progress, start)?;
+                if let Some(backfill) = source.backfill.as_mut() {
+                    for table in &resnapshot {
+                        backfill.restart(table)?;
+                    }
+                }
             }
             Ok(confirmed)
         }
@@ -148,7 +170,8 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
         (resume, slot) => {
             // Fresh start, or an interrupted snapshot to redo. The sink has nothing durable
             // from this slot beyond an incomplete snapshot, so an existing slot is replaced.
-            if slot.is_some() && (wants_snapshot || resume.is_some()) {
+            let copies = wants_snapshot || config.snapshot == SnapshotMode::Online;
+            if slot.is_some() && (copies || resume.is_some()) {
                 tracing::warn!(slot = %source.slot, "dropping the existing slot to take a new snapshot");
                 repl.drop_slot(&source.slot, true).await?;
             } else if let Some(slot) = slot {
@@ -191,6 +214,12 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                 if online {
                     let progress = BackfillPhase::fresh_progress(&source.tables);
                     begin_backfill(source, progress, created.consistent_point)?;
+                    // The first token covers the slot's start, as the slot is confirmed
+                    // there already (a restart before any streamed transaction must not
+                    // find the slot ahead of the token).
+                    source
+                        .pending
+                        .push_back(Pending::End(created.consistent_point));
                 }
                 return Ok(created.consistent_point);
             }
