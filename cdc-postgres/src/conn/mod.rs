@@ -32,6 +32,7 @@ pub mod conninfo;
 pub mod env;
 pub mod error;
 pub mod feldera;
+mod frame;
 mod framing;
 pub mod identity;
 pub mod pgpass;

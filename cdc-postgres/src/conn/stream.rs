@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use cdc_core::{Error, Lsn, Result};
 use futures::FutureExt;
 use postgres_protocol::message::backend::Message;
@@ -34,7 +34,8 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
 use super::error::{Activity, io_error, server_error, server_error_from_fields};
-use super::framing::{drain_until_closed, log_notice};
+use super::frame::{self, Phase};
+use super::framing::{NoticeRun, decode, drain_until_closed};
 use super::read_batching::{Polled, ReadBatching};
 use super::transport::Socket;
 use cdc_pgoutput::protocol::replication::{ClientMessage, ServerMessage, StandbyStatusUpdate};
@@ -166,6 +167,7 @@ impl ReplicationStream {
             // `start_replication` already lowered the interval to follow the server's
             // `wal_sender_timeout` (it is the one that asks the server).
             schedule: StatusSchedule::new(StatusConfig::new(options.status_interval), now()),
+            notices: NoticeRun::default(),
         };
         let task = tokio::spawn(async move {
             if let Err(e) = io.run(tx.clone(), command_rx).await {
@@ -351,6 +353,8 @@ struct StreamTask {
     target: String,
     /// When status updates are due and what they report.
     schedule: StatusSchedule,
+    /// NoticeResponses in a row (logged and dropped).
+    notices: NoticeRun,
 }
 
 /// The clock of the schedule: tokio's, so that it agrees with the timer that wakes the
@@ -592,25 +596,28 @@ impl StreamTask {
     fn parse(&mut self) -> Parsed {
         let mut parsed = Parsed::default();
         let mut received = 0u64;
-        while parsed.finish.is_none() && self.rbuf.len() >= 5 {
-            let tag = self.rbuf[0];
-            let len = u32::from_be_bytes([self.rbuf[1], self.rbuf[2], self.rbuf[3], self.rbuf[4]])
-                as usize;
-            if len < 4 {
-                parsed.finish = Some(Finish::Failed(Error::protocol(format!(
-                    "invalid message length {len} in the replication stream from {}",
-                    self.target
-                ))));
-                break;
+        while parsed.finish.is_none() {
+            // The session is authenticated: CopyData may be up to 1 GiB, most else is small.
+            let frame = match frame::split_frame(&mut self.rbuf, Phase::Authenticated) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => {
+                    // Room for more of a large message, growing with what arrived.
+                    frame::make_room(&mut self.rbuf, Phase::Authenticated);
+                    break;
+                }
+                Err(e) => {
+                    parsed.finish = Some(Finish::Failed(Error::protocol(format!(
+                        "the server at {} sent {e} in the replication stream",
+                        self.target
+                    ))));
+                    break;
+                }
+            };
+            if frame.tag() != b'N' {
+                self.notices.reset();
             }
-            if self.rbuf.len() <= len {
-                // Make room for the rest of a large message in one go.
-                self.rbuf.reserve(len + 1 - self.rbuf.len());
-                break;
-            }
-            let frame: Bytes = self.rbuf.split_to(len + 1).freeze();
-            match tag {
-                b'd' => match ServerMessage::decode(frame.slice(5..)) {
+            match frame.tag() {
+                b'd' => match ServerMessage::decode(frame.body()) {
                     Ok(ServerMessage::XLogData(data)) => {
                         received = received.max(data.wal_start.0);
                         parsed.chunk.push(ServerMessage::XLogData(data));
@@ -628,33 +635,34 @@ impl StreamTask {
                     }
                 },
                 b'c' => parsed.finish = Some(Finish::Ended),
-                b'E' | b'N' => {
-                    let mut raw = BytesMut::from(&frame[..]);
-                    match Message::parse(&mut raw) {
-                        Ok(Some(Message::ErrorResponse(body))) => {
-                            let server = server_error_from_fields(body.fields());
-                            let context =
-                                format!("the replication stream from {} failed", self.target);
-                            parsed.finish = Some(Finish::Failed(server_error(
-                                server,
-                                Activity::Streaming,
-                                &context,
-                            )));
-                        }
-                        Ok(Some(Message::NoticeResponse(body))) => log_notice(body.fields()),
-                        _ => {
-                            parsed.finish = Some(Finish::Failed(Error::protocol(format!(
-                                "malformed error or notice in the replication stream from {}",
-                                self.target
-                            ))));
+                b'E' | b'N' => match decode(&frame) {
+                    Ok(Message::ErrorResponse(body)) => {
+                        let server = server_error_from_fields(body.fields());
+                        let context = format!("the replication stream from {} failed", self.target);
+                        parsed.finish = Some(Finish::Failed(server_error(
+                            server,
+                            Activity::Streaming,
+                            &context,
+                        )));
+                    }
+                    Ok(Message::NoticeResponse(body)) => {
+                        if let Err(e) = self.notices.on_notice(body.fields(), &self.target) {
+                            parsed.finish = Some(Finish::Failed(e));
                         }
                     }
-                }
+                    _ => {
+                        parsed.finish = Some(Finish::Failed(Error::protocol(format!(
+                            "malformed error or notice in the replication stream from {}",
+                            self.target
+                        ))));
+                    }
+                },
                 // After CopyDone the server finishes the command; nothing to do.
                 b'C' | b'Z' | b'S' => {}
                 other => {
                     parsed.finish = Some(Finish::Failed(Error::protocol(format!(
-                        "unexpected message {:?} in the replication stream from {}",
+                        "unexpected {} message ({:?}) in the replication stream from {}",
+                        frame::message_name(other),
                         char::from(other),
                         self.target
                     ))));
