@@ -75,6 +75,19 @@ fn show_result(name: &str, value: &str) -> Vec<u8> {
     out
 }
 
+/// Deterministic pseudo-random bytes (xorshift64*), so that a failure can be replayed.
+fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.max(1);
+    (0..len)
+        .map(|_| {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+        })
+        .collect()
+}
+
 /// The server side of one connection.
 struct Peer {
     socket: TcpStream,
@@ -396,5 +409,32 @@ mod conn {
         let text = error.to_string();
         assert!(text.contains("CopyData"), "{text}");
         assert!(text.contains("4294967295"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn random_bytes_in_the_stream_end_it_with_an_error() {
+        for seed in 1..=16u64 {
+            let config = hostile(move |mut peer| async move {
+                peer.startup().await;
+                peer.accept_login().await;
+                peer.serve_queries(|_| false).await;
+                peer.send(&random_bytes(seed, 256 * 1024)).await;
+                // Then silence with the connection open: whatever the garbage announced
+                // never completes.
+                peer.linger().await;
+            })
+            .await;
+            let options = StreamOptions {
+                receive_timeout: Some(Duration::from_secs(2)),
+                follow_wal_sender_timeout: false,
+                ..StreamOptions::default()
+            };
+            let stream = start_stream(&config, options).await;
+            let error = stream_error(stream).await;
+            assert!(
+                matches!(error.kind(), ErrorKind::Protocol | ErrorKind::Transient),
+                "seed {seed}: {error}"
+            );
+        }
     }
 }
