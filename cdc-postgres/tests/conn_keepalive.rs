@@ -1,6 +1,8 @@
 //! The stream stays connected while its consumer does not read for longer than
 //! `wal_sender_timeout` (2 s here): periodic status updates keep going while backpressure
-//! holds the server back, and keepalives that request a reply are answered at once.
+//! holds the server back, and keepalives that request a reply are answered at once. And a
+//! walsender frozen with SIGSTOP (silent, while its kernel still acknowledges our bytes)
+//! is presumed dead within a bound, with a Transient error.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod conn_support;
@@ -158,6 +160,72 @@ mod conn {
         stream.close().await.unwrap();
         cluster
             .execute("SELECT pg_drop_replication_slot('idle_slot')")
+            .await
+            .unwrap();
+    }
+
+    /// Stops a process with SIGSTOP; continues it when dropped (also when a test fails).
+    struct Frozen(i32);
+
+    impl Frozen {
+        fn new(pid: i32) -> Frozen {
+            // SAFETY: kill(2) has no memory effects; `pid` is a walsender of our own
+            // throwaway cluster.
+            assert_eq!(
+                unsafe { libc::kill(pid, libc::SIGSTOP) },
+                0,
+                "SIGSTOP {pid}"
+            );
+            Frozen(pid)
+        }
+    }
+
+    impl Drop for Frozen {
+        fn drop(&mut self) {
+            // SAFETY: as above.
+            unsafe { libc::kill(self.0, libc::SIGCONT) };
+        }
+    }
+
+    #[tokio::test]
+    async fn a_frozen_walsender_is_presumed_dead_within_the_bound() {
+        let cluster = cluster().await;
+        // Raised to twice the server's 2 s: the stream gives up after 4 s of silence.
+        let options = StreamOptions {
+            receive_timeout: Some(Duration::from_secs(1)),
+            ..StreamOptions::default()
+        };
+        let (mut stream, pid) = start(&cluster, "frozen_slot", "idle_pub", options).await;
+        let frozen = Frozen::new(pid);
+        let started = std::time::Instant::now();
+        let failed = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                match stream.next_message().await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => panic!("the stream ended cleanly"),
+                    Err(e) => return e,
+                }
+            }
+        })
+        .await
+        .expect("the stream noticed the frozen server");
+        let elapsed = started.elapsed();
+        drop(frozen);
+        assert!(failed.is_transient(), "{failed}");
+        assert!(failed.to_string().contains("presumed dead"), "{failed}");
+        assert!(elapsed < Duration::from_secs(30), "took {elapsed:?}");
+        drop(stream);
+        // Continued, the walsender finds the connection closed and releases the slot.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while walsender_alive(&cluster, pid).await {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "walsender {pid} stays"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        cluster
+            .execute("SELECT pg_drop_replication_slot('frozen_slot')")
             .await
             .unwrap();
     }

@@ -9,7 +9,8 @@
 //!   publication only), and the resume check against the server's system identifier and
 //!   timeline.
 //! - [`tls`] and `transport`: sockets (TCP, Unix) and TLS per `sslmode`, exactly as libpq
-//!   documents it, shared by both connections.
+//!   documents it, shared by both connections; `tcp_keepalive`: TCP keepalive and
+//!   `TCP_USER_TIMEOUT` on their TCP sockets.
 //! - `wire`: startup and authentication (trust, password, md5, SCRAM-SHA-256) and the
 //!   simple-query protocol of our own `replication=database` session.
 //! - `channel_binding`: SCRAM channel binding (`tls-server-end-point`) per
@@ -32,6 +33,7 @@ pub mod conninfo;
 pub mod env;
 pub mod error;
 pub mod feldera;
+mod frame;
 mod framing;
 pub mod identity;
 pub mod pgpass;
@@ -43,6 +45,7 @@ pub mod session;
 pub mod slot;
 pub mod sql;
 pub mod stream;
+mod tcp_keepalive;
 pub mod tls;
 mod transport;
 mod wire;

@@ -14,6 +14,7 @@ use super::error::Activity;
 use super::stream::{ReplicationStream, StreamOptions};
 use super::transport;
 use super::wire::Wire;
+use cdc_pgoutput::protocol::receive_deadline::effective_receive_timeout;
 use cdc_pgoutput::protocol::status_schedule::effective_status_interval;
 
 pub use super::wire::QueryResult;
@@ -509,7 +510,8 @@ impl ReplicationConnection {
     ///
     /// The status-update interval is at most a third of the server's `wal_sender_timeout`
     /// (read with `SHOW` first, unless [`StreamOptions::follow_wal_sender_timeout`] is
-    /// off), so a consumer that stops reading is never disconnected.
+    /// off), so a consumer that stops reading is never disconnected; the receive timeout
+    /// ([`StreamOptions::receive_timeout`]) is at least twice the server's timeout.
     /// `start` is where the server resumes; it never sends data before the slot's
     /// `confirmed_flush_lsn`.
     ///
@@ -530,6 +532,8 @@ impl ReplicationConnection {
         {
             stream_options.status_interval =
                 effective_status_interval(stream_options.status_interval, Some(timeout));
+            stream_options.receive_timeout =
+                effective_receive_timeout(stream_options.receive_timeout, Some(timeout));
         }
         let command = format!(
             "START_REPLICATION SLOT {} LOGICAL {start} {clause}",

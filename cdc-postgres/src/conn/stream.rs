@@ -13,6 +13,12 @@
 //! [`StatusSchedule`] (tested with a fake clock); the task only feeds it what it reads
 //! and the owner's flush position, sleeps until its timeout, and sends what it returns.
 //!
+//! A server that says nothing for too long is presumed dead (a network partition or a
+//! frozen host is otherwise noticed only after many minutes of TCP retransmissions): the
+//! sans-IO [`ReceiveDeadline`] says when to probe it with an update that requests a reply
+//! and when to give up, and the task ends the stream with a Transient error, so the owner
+//! reconnects (see [`StreamOptions::receive_timeout`]).
+//!
 //! The flush position in status updates is only ever what the owner set with
 //! [`ReplicationStream::set_flushed`] (until then `0/0`, which the server ignores): the
 //! slot never advances past what the sink acknowledged.
@@ -23,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use cdc_core::{Error, Lsn, Result};
 use futures::FutureExt;
 use postgres_protocol::message::backend::Message;
@@ -34,9 +40,11 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
 use super::error::{Activity, io_error, server_error, server_error_from_fields};
-use super::framing::{drain_until_closed, log_notice};
+use super::frame::{self, Phase};
+use super::framing::{NoticeRun, decode, drain_until_closed};
 use super::read_batching::{Polled, ReadBatching};
 use super::transport::Socket;
+use cdc_pgoutput::protocol::receive_deadline::ReceiveDeadline;
 use cdc_pgoutput::protocol::replication::{ClientMessage, ServerMessage, StandbyStatusUpdate};
 use cdc_pgoutput::protocol::status_schedule::{StatusConfig, StatusSchedule};
 use cdc_pgoutput::protocol::timestamp::pg_timestamp_now;
@@ -67,6 +75,18 @@ pub struct StreamOptions {
     /// How long bytes below `receive_low_water` may wait before they are read anyway: the
     /// most latency batching adds. Default 2 ms.
     pub batch_wait: Duration,
+    /// How long the server may send nothing at all before the connection is presumed dead
+    /// and the stream ends with a Transient error (the message says for how long; the
+    /// owner reconnects, as `PgSource` does for any transient failure). After a third of
+    /// it in silence, and again after two thirds, the task sends a status update that
+    /// requests a reply, which a live walsender answers at once. Silence while the task
+    /// does not read (backpressure) does not count. With
+    /// [`Self::follow_wal_sender_timeout`] it is raised to twice the server's
+    /// `wal_sender_timeout`, so the default gives max(30 s, 2 × `wal_sender_timeout`):
+    /// 2 minutes with the server's default of 60 s. `None` never presumes the server dead
+    /// (TCP keepalive and `TCP_USER_TIMEOUT` still end a connection whose peer host is
+    /// gone). Default 30 s.
+    pub receive_timeout: Option<Duration>,
 }
 
 impl Default for StreamOptions {
@@ -78,6 +98,7 @@ impl Default for StreamOptions {
             read_buffer_size: 256 * 1024,
             receive_low_water: 256 * 1024,
             batch_wait: Duration::from_millis(2),
+            receive_timeout: Some(Duration::from_secs(30)),
         }
     }
 }
@@ -166,6 +187,11 @@ impl ReplicationStream {
             // `start_replication` already lowered the interval to follow the server's
             // `wal_sender_timeout` (it is the one that asks the server).
             schedule: StatusSchedule::new(StatusConfig::new(options.status_interval), now()),
+            notices: NoticeRun::default(),
+            // Likewise `start_replication` raised the receive timeout to follow the
+            // server's.
+            liveness: ReceiveDeadline::new(options.receive_timeout, now()),
+            probe: false,
         };
         let task = tokio::spawn(async move {
             if let Err(e) = io.run(tx.clone(), command_rx).await {
@@ -351,6 +377,12 @@ struct StreamTask {
     target: String,
     /// When status updates are due and what they report.
     schedule: StatusSchedule,
+    /// NoticeResponses in a row (logged and dropped).
+    notices: NoticeRun,
+    /// When a silent server is probed and when it is presumed dead.
+    liveness: ReceiveDeadline,
+    /// The next status update requests a reply (a probe of a silent server).
+    probe: bool,
 }
 
 /// The clock of the schedule: tokio's, so that it agrees with the timer that wakes the
@@ -369,6 +401,10 @@ impl StreamTask {
         // deadline moved (after an update went out).
         let status_timer = tokio::time::sleep_until(self.schedule.poll_timeout().into());
         tokio::pin!(status_timer);
+        // Wakes the task to probe a silent server or to give up on it; only armed while
+        // the socket is read (see `ReceiveDeadline`).
+        let liveness_timer = tokio::time::sleep_until(tokio::time::Instant::now());
+        tokio::pin!(liveness_timer);
         // While the low-water mark is set: reads what waits below it.
         let batch_wait = self
             .batching
@@ -407,6 +443,16 @@ impl StreamTask {
             if status_timer.deadline() != due {
                 status_timer.as_mut().reset(due);
             }
+            self.liveness.set_reading(read, now());
+            let silence_check = self
+                .liveness
+                .poll_timeout()
+                .map(tokio::time::Instant::from_std);
+            if let Some(at) = silence_check
+                && liveness_timer.deadline() != at
+            {
+                liveness_timer.as_mut().reset(at);
+            }
             tokio::select! {
                 biased;
                 command = commands.recv() => {
@@ -415,6 +461,7 @@ impl StreamTask {
                     }
                 }
                 () = &mut status_timer => self.transmit().await?,
+                () = &mut liveness_timer, if silence_check.is_some() => self.check_silence().await?,
                 permit = tx.reserve(), if deliver => match permit {
                     Ok(permit) => {
                         if let Some(chunk) = pending.take() {
@@ -455,6 +502,26 @@ impl StreamTask {
         }
     }
 
+    /// The liveness timer fired: ends the stream with a Transient error if the server was
+    /// silent for the whole receive timeout, else probes it if a probe is due.
+    async fn check_silence(&mut self) -> Result<()> {
+        let at = now();
+        if let Some(silence) = self.liveness.poll_expired(at) {
+            return Err(Error::transient(format!(
+                "no data from the server at {} for {} s; the connection is presumed dead",
+                self.target,
+                silence.as_secs()
+            )));
+        }
+        if self.liveness.poll_probe(at) {
+            tracing::debug!(target = %self.target, "the server is silent; requesting a reply");
+            self.probe = true;
+            self.schedule.request_status();
+            self.transmit().await?;
+        }
+        Ok(())
+    }
+
     /// The batch timer fired: reads what is queued below the low-water mark. True if
     /// bytes were read.
     fn poll_batched(&mut self) -> Result<bool> {
@@ -480,8 +547,10 @@ impl StreamTask {
     /// Parses what is buffered, answers a reply request at once, and queues the messages
     /// in `pending`. Returns why the stream ends, if it does.
     async fn process(&mut self, pending: &mut Option<Chunk>) -> Result<Option<Finish>> {
-        let parsed = self.parse();
         let read_at = now();
+        // Any bytes are a sign of life, complete messages or not.
+        self.liveness.on_received(read_at);
+        let parsed = self.parse();
         for message in &parsed.chunk {
             self.schedule.on_server_message(message, read_at);
         }
@@ -561,7 +630,9 @@ impl StreamTask {
         let Some(report) = self.schedule.poll_transmit(now()) else {
             return Ok(());
         };
-        let update = report.to_message(pg_timestamp_now());
+        let mut update = report.to_message(pg_timestamp_now());
+        // A probe of a silent server asks the walsender to answer at once.
+        update.reply_requested = std::mem::take(&mut self.probe);
         self.send_status(update).await
     }
 
@@ -592,25 +663,28 @@ impl StreamTask {
     fn parse(&mut self) -> Parsed {
         let mut parsed = Parsed::default();
         let mut received = 0u64;
-        while parsed.finish.is_none() && self.rbuf.len() >= 5 {
-            let tag = self.rbuf[0];
-            let len = u32::from_be_bytes([self.rbuf[1], self.rbuf[2], self.rbuf[3], self.rbuf[4]])
-                as usize;
-            if len < 4 {
-                parsed.finish = Some(Finish::Failed(Error::protocol(format!(
-                    "invalid message length {len} in the replication stream from {}",
-                    self.target
-                ))));
-                break;
+        while parsed.finish.is_none() {
+            // The session is authenticated: CopyData may be up to 1 GiB, most else is small.
+            let frame = match frame::split_frame(&mut self.rbuf, Phase::Authenticated) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => {
+                    // Room for more of a large message, growing with what arrived.
+                    frame::make_room(&mut self.rbuf, Phase::Authenticated);
+                    break;
+                }
+                Err(e) => {
+                    parsed.finish = Some(Finish::Failed(Error::protocol(format!(
+                        "the server at {} sent {e} in the replication stream",
+                        self.target
+                    ))));
+                    break;
+                }
+            };
+            if frame.tag() != b'N' {
+                self.notices.reset();
             }
-            if self.rbuf.len() <= len {
-                // Make room for the rest of a large message in one go.
-                self.rbuf.reserve(len + 1 - self.rbuf.len());
-                break;
-            }
-            let frame: Bytes = self.rbuf.split_to(len + 1).freeze();
-            match tag {
-                b'd' => match ServerMessage::decode(frame.slice(5..)) {
+            match frame.tag() {
+                b'd' => match ServerMessage::decode(frame.body()) {
                     Ok(ServerMessage::XLogData(data)) => {
                         received = received.max(data.wal_start.0);
                         parsed.chunk.push(ServerMessage::XLogData(data));
@@ -628,33 +702,34 @@ impl StreamTask {
                     }
                 },
                 b'c' => parsed.finish = Some(Finish::Ended),
-                b'E' | b'N' => {
-                    let mut raw = BytesMut::from(&frame[..]);
-                    match Message::parse(&mut raw) {
-                        Ok(Some(Message::ErrorResponse(body))) => {
-                            let server = server_error_from_fields(body.fields());
-                            let context =
-                                format!("the replication stream from {} failed", self.target);
-                            parsed.finish = Some(Finish::Failed(server_error(
-                                server,
-                                Activity::Streaming,
-                                &context,
-                            )));
-                        }
-                        Ok(Some(Message::NoticeResponse(body))) => log_notice(body.fields()),
-                        _ => {
-                            parsed.finish = Some(Finish::Failed(Error::protocol(format!(
-                                "malformed error or notice in the replication stream from {}",
-                                self.target
-                            ))));
+                b'E' | b'N' => match decode(&frame) {
+                    Ok(Message::ErrorResponse(body)) => {
+                        let server = server_error_from_fields(body.fields());
+                        let context = format!("the replication stream from {} failed", self.target);
+                        parsed.finish = Some(Finish::Failed(server_error(
+                            server,
+                            Activity::Streaming,
+                            &context,
+                        )));
+                    }
+                    Ok(Message::NoticeResponse(body)) => {
+                        if let Err(e) = self.notices.on_notice(body.fields(), &self.target) {
+                            parsed.finish = Some(Finish::Failed(e));
                         }
                     }
-                }
+                    _ => {
+                        parsed.finish = Some(Finish::Failed(Error::protocol(format!(
+                            "malformed error or notice in the replication stream from {}",
+                            self.target
+                        ))));
+                    }
+                },
                 // After CopyDone the server finishes the command; nothing to do.
                 b'C' | b'Z' | b'S' => {}
                 other => {
                     parsed.finish = Some(Finish::Failed(Error::protocol(format!(
-                        "unexpected message {:?} in the replication stream from {}",
+                        "unexpected {} message ({:?}) in the replication stream from {}",
+                        frame::message_name(other),
                         char::from(other),
                         self.target
                     ))));

@@ -2,6 +2,7 @@
 //! backpressure, coalescing, errors, end of stream, close.
 
 use super::*;
+use bytes::Bytes;
 use cdc_pgoutput::protocol::replication::{PrimaryKeepalive, XLogData};
 use tokio::io::AsyncReadExt;
 use tokio::net::UnixStream;
@@ -290,4 +291,51 @@ fn merging_coalesces_trailing_keepalives_only() {
     );
     assert!(has_data(&queued));
     assert!(!has_data(&vec![keepalive(1, false)]));
+}
+
+#[tokio::test]
+async fn a_silent_server_is_probed_then_presumed_dead() {
+    let options = StreamOptions {
+        receive_timeout: Some(Duration::from_millis(600)),
+        ..quiet()
+    };
+    let started = std::time::Instant::now();
+    let (mut stream, mut server) = pair(options);
+    let first = server.status().await;
+    assert!(!first.reply_requested, "the periodic update asks nothing");
+    let probe = server.status().await;
+    assert!(probe.reply_requested, "silence is answered with a probe");
+    let error = tokio::time::timeout(Duration::from_secs(10), stream.next_message())
+        .await
+        .expect("the stream gives up on a silent server")
+        .unwrap_err();
+    assert!(error.is_transient(), "{error}");
+    assert!(error.to_string().contains("presumed dead"), "{error}");
+    assert!(started.elapsed() >= Duration::from_millis(600));
+}
+
+#[tokio::test]
+async fn a_server_that_answers_probes_stays_connected() {
+    let options = StreamOptions {
+        receive_timeout: Some(Duration::from_millis(600)),
+        ..quiet()
+    };
+    let (mut stream, mut server) = pair(options);
+    let answering = tokio::spawn(async move {
+        let until = std::time::Instant::now() + Duration::from_secs(3);
+        while std::time::Instant::now() < until {
+            if server.status().await.reply_requested {
+                server.send(keepalive(1, false)).await;
+            }
+        }
+        server
+    });
+    let read = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            stream.next_message().await.unwrap();
+        }
+    })
+    .await;
+    assert!(read.is_err(), "no error while the server answers");
+    drop(answering);
 }

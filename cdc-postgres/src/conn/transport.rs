@@ -253,6 +253,11 @@ async fn open_tcp(config: &ConnectionConfig) -> Result<TcpStream> {
             Ok(stream) => {
                 // Small protocol messages (status updates) must not wait for Nagle.
                 let _ = stream.set_nodelay(true);
+                // A vanished peer host ends the connection in about a minute (see
+                // `tcp_keepalive`); without it the connection still works.
+                if let Err(e) = super::tcp_keepalive::configure(&stream) {
+                    tracing::debug!(error = %e, "cannot set TCP keepalive options");
+                }
                 return Ok(stream);
             }
             Err(e) => last = Some((addr, e)),

@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use cdc_core::{Error, Result};
 use fallible_iterator::FallibleIterator;
 use postgres_protocol::authentication::md5_hash;
@@ -17,7 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::channel_binding::{self, Negotiation};
 use super::config::ConnectionConfig;
 use super::error::{Activity, io_error, server_error, server_error_from_fields};
-use super::framing::{drain_until_closed, log_notice};
+use super::frame::{self, Phase};
+use super::framing::{NoticeRun, decode, drain_until_closed};
 use super::transport::{Socket, describe_target};
 
 /// Tag of CopyBothResponse, which `postgres-protocol` does not parse.
@@ -57,6 +58,10 @@ pub(crate) struct Wire {
     parameters: Vec<(String, String)>,
     backend_pid: i32,
     target: String,
+    /// Startup until AuthenticationOk, for the message length caps (see `frame.rs`).
+    phase: Phase,
+    /// NoticeResponses in a row (logged and dropped by [`Self::read`]).
+    notices: NoticeRun,
 }
 
 impl std::fmt::Debug for Wire {
@@ -97,6 +102,8 @@ impl Wire {
             parameters: Vec::new(),
             backend_pid: 0,
             target: describe_target(config),
+            phase: Phase::Startup,
+            notices: NoticeRun::default(),
         };
         let mut params: Vec<(&str, &str)> = vec![
             ("user", config.user.as_str()),
@@ -146,7 +153,11 @@ impl Wire {
                 }
             };
             match message {
-                Message::AuthenticationOk => return binding.authenticated(),
+                Message::AuthenticationOk => {
+                    // From here on the long message types may be long.
+                    self.phase = Phase::Authenticated;
+                    return binding.authenticated();
+                }
                 Message::AuthenticationCleartextPassword => {
                     binding.password_requested("password")?;
                     let password = required_password(config, "password")?;
@@ -210,7 +221,6 @@ impl Wire {
                         &self.connect_context(config),
                     ));
                 }
-                Message::NoticeResponse(body) => log_notice(body.fields()),
                 Message::AuthenticationGss
                 | Message::AuthenticationGssContinue(_)
                 | Message::AuthenticationSspi
@@ -235,7 +245,6 @@ impl Wire {
                 Backend::Message(Message::BackendKeyData(body)) => {
                     self.backend_pid = body.process_id()
                 }
-                Backend::Message(Message::NoticeResponse(body)) => log_notice(body.fields()),
                 Backend::Message(Message::ErrorResponse(body)) => {
                     let server = server_error_from_fields(body.fields());
                     return Err(server_error(
@@ -297,51 +306,45 @@ impl Wire {
         Ok(())
     }
 
-    /// Reads one backend message.
+    /// Reads one backend message. NoticeResponses are logged here and never returned
+    /// (more than `MAX_CONSECUTIVE_NOTICES` in a row end the session with a protocol
+    /// error).
+    ///
+    /// Errors: a length over the cap for the message type and phase (see `frame.rs`) or a
+    /// malformed message is a Protocol error naming the type; the server closing the
+    /// connection is Transient.
     pub(crate) async fn read(&mut self) -> Result<Backend> {
         loop {
-            if self.rbuf.len() >= 5 {
-                let tag = self.rbuf[0];
-                let len =
-                    u32::from_be_bytes([self.rbuf[1], self.rbuf[2], self.rbuf[3], self.rbuf[4]])
-                        as usize;
-                if len < 4 {
-                    return Err(protocol(format!(
-                        "invalid message length {len} from {}",
+            let split = frame::split_frame(&mut self.rbuf, self.phase)
+                .map_err(|e| protocol(format!("the server at {} sent {e}", self.target)))?;
+            let Some(frame) = split else {
+                frame::make_room(&mut self.rbuf, self.phase);
+                self.rbuf.reserve(8192);
+                let n = self
+                    .socket
+                    .read_buf(&mut self.rbuf)
+                    .await
+                    .map_err(|e| io_error(e, &format!("reading from {}", self.target)))?;
+                if n == 0 {
+                    return Err(Error::transient(format!(
+                        "the server at {} closed the connection unexpectedly",
                         self.target
                     )));
                 }
-                if tag == COPY_BOTH_RESPONSE_TAG {
-                    if self.rbuf.len() > len {
-                        self.rbuf.advance(len + 1);
-                        return Ok(Backend::CopyBothResponse);
-                    }
-                } else {
-                    match Message::parse(&mut self.rbuf) {
-                        Ok(Some(message)) => return Ok(Backend::Message(message)),
-                        Ok(None) => {}
-                        Err(e) => {
-                            return Err(protocol(format!(
-                                "malformed message from {}: {e}",
-                                self.target
-                            )));
-                        }
-                    }
-                }
-                self.rbuf.reserve((len + 1).saturating_sub(self.rbuf.len()));
+                continue;
+            };
+            if frame.tag() == COPY_BOTH_RESPONSE_TAG {
+                self.notices.reset();
+                return Ok(Backend::CopyBothResponse);
             }
-            self.rbuf.reserve(8192);
-            let n = self
-                .socket
-                .read_buf(&mut self.rbuf)
-                .await
-                .map_err(|e| io_error(e, &format!("reading from {}", self.target)))?;
-            if n == 0 {
-                return Err(Error::transient(format!(
-                    "the server at {} closed the connection unexpectedly",
-                    self.target
-                )));
+            let message = decode(&frame)
+                .map_err(|e| protocol(format!("{} (from {})", e.message(), self.target)))?;
+            if let Message::NoticeResponse(body) = &message {
+                self.notices.on_notice(body.fields(), &self.target)?;
+                continue;
             }
+            self.notices.reset();
+            return Ok(Backend::Message(message));
         }
     }
 
@@ -400,7 +403,6 @@ impl Wire {
                 Message::ErrorResponse(body) => {
                     failure = Some(server_error_from_fields(body.fields()))
                 }
-                Message::NoticeResponse(body) => log_notice(body.fields()),
                 Message::ParameterStatus(body) => self.record_parameter(&body)?,
                 Message::ReadyForQuery(_) => break,
                 _ => {
@@ -433,7 +435,6 @@ impl Wire {
                 Backend::Message(Message::ErrorResponse(body)) => {
                     failure = Some(server_error_from_fields(body.fields()));
                 }
-                Backend::Message(Message::NoticeResponse(body)) => log_notice(body.fields()),
                 Backend::Message(Message::ParameterStatus(body)) => self.record_parameter(&body)?,
                 Backend::Message(Message::ReadyForQuery(_)) => {
                     return Err(match failure {
