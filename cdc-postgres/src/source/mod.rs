@@ -421,7 +421,12 @@ impl Source for PgSource {
             if self.fill() {
                 return Ok(Some(self.take_batch()));
             }
-            if self.reached_end() && matches!(self.phase, Phase::Streaming) {
+            // With an online snapshot running, the end waits for it: a stream that stops
+            // at an LSN stops with every table complete.
+            if self.reached_end()
+                && matches!(self.phase, Phase::Streaming)
+                && self.backfill.is_none()
+            {
                 self.phase = Phase::Ended;
             }
             match &mut self.phase {

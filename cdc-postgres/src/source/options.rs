@@ -49,7 +49,8 @@ pub struct PgSourceOptions {
     pub resnapshot: Vec<cdc_core::TableName>,
     /// Copy the snapshot and stop (`initial_only`): no streaming; the slot is temporary.
     pub snapshot_only: bool,
-    /// Stop cleanly once the stream reaches this LSN (like `pg_recvlogical -E`).
+    /// Stop cleanly once the stream reaches this LSN (like `pg_recvlogical -E`), and any
+    /// online snapshot is complete.
     pub end_lsn: Option<Lsn>,
     /// Reconnection after transient failures.
     pub reconnect: ReconnectPolicy,
