@@ -189,8 +189,9 @@ pub struct StreamArgs {
     /// Source.
     #[command(flatten)]
     pub source: SourceArgs,
-    /// `initial`: copy existing rows first, then stream; `never`: stream changes only;
-    /// `initial-only`: copy existing rows and stop (uses a temporary slot).
+    /// `initial`: copy existing rows first (consistent), then stream; `online`: stream at
+    /// once and copy in chunks alongside; `never`: stream changes only; `initial-only`:
+    /// copy existing rows and stop (uses a temporary slot).
     #[arg(long, value_enum, default_value_t = SnapshotArg::Initial)]
     pub snapshot: SnapshotArg,
     /// When the slot may advance. `checkpoint` (default): after the output is durable —
