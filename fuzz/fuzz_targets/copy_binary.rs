@@ -85,7 +85,10 @@ fuzz_target!(|data: &[u8]| {
         0 => None,
         n => Some(usize::from(n - 1)),
     };
-    let chunks: Vec<usize> = data[1..5].iter().map(|&b| usize::from(b % 64) + 1).collect();
+    let chunks: Vec<usize> = data[1..5]
+        .iter()
+        .map(|&b| usize::from(b % 64) + 1)
+        .collect();
     let copy = &data[5..];
 
     let whole = run(expected, copy, &[copy.len().max(1)]);

@@ -15,7 +15,7 @@
 
 use bytes::{Bytes, BytesMut};
 use cdc_pgoutput::protocol::pgoutput::{
-    Delete, DecoderOptions, Insert, OldTuple, PgOutputDecoder, PgOutputMessage, ProtocolVersion,
+    DecoderOptions, Delete, Insert, OldTuple, PgOutputDecoder, PgOutputMessage, ProtocolVersion,
     TupleData, TupleRef, Update, encode,
 };
 use libfuzzer_sys::fuzz_target;

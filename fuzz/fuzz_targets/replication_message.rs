@@ -15,7 +15,11 @@ fuzz_target!(|data: &[u8]| {
         Ok(message) => {
             let mut out = BytesMut::new();
             message.encode(&mut out);
-            assert_eq!(&out[..], data, "server message does not re-encode to its input");
+            assert_eq!(
+                &out[..],
+                data,
+                "server message does not re-encode to its input"
+            );
             let again = ServerMessage::decode(out.freeze()).expect("re-encoded server message");
             assert_eq!(again, message);
         }
@@ -28,7 +32,11 @@ fuzz_target!(|data: &[u8]| {
         Ok(message) => {
             let mut out = BytesMut::new();
             message.encode(&mut out);
-            assert_eq!(&out[..], data, "client message does not re-encode to its input");
+            assert_eq!(
+                &out[..],
+                data,
+                "client message does not re-encode to its input"
+            );
             let again = ClientMessage::decode(out.freeze()).expect("re-encoded client message");
             assert_eq!(again, message);
         }

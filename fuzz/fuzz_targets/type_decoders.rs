@@ -7,15 +7,15 @@
 //! formats.
 //!
 //! Checks, beyond "never panics": the view forms give what the `Bytes` forms give; a value
-//! `decode_binary` returns re-encodes (`encode_binary`, when it has a binary form) to
-//! bytes that decode to the same value, as `encode_binary` documents; likewise a value
-//! decoded from text, when it re-encodes, decodes from binary to the same value.
+//! decoded value that has a binary form (`encode_binary`) re-encodes to bytes that decode;
+//! after that one normalisation, encoding and decoding again gives the same value.
 
 #![no_main]
 
 use std::sync::OnceLock;
 
 use bytes::{Bytes, BytesMut};
+use cdc_core::Value;
 use cdc_pgoutput::protocol::BytesView;
 use cdc_pgoutput::types::{
     TypeDef, TypeInfo, TypeRegistry, decode_binary, decode_binary_view, decode_text,
@@ -92,6 +92,16 @@ fn types() -> &'static [TypeInfo] {
     })
 }
 
+/// `encode_binary` then `decode_binary`; `None` when the value has no binary form.
+fn round_trip(ty: &TypeInfo, value: &Value) -> Option<Value> {
+    let mut out = BytesMut::new();
+    encode_binary(ty, value, &mut out).ok()?;
+    Some(
+        decode_binary(ty, &out.freeze())
+            .unwrap_or_else(|e| panic!("encode_binary of {value:?} does not decode: {e}")),
+    )
+}
+
 fn same(a: &cdc_pgoutput::types::TypeDecodeError, b: &cdc_pgoutput::types::TypeDecodeError) {
     assert_eq!(a.to_string(), b.to_string());
 }
@@ -128,16 +138,19 @@ fuzz_target!(|data: &[u8]| {
     }
 
     for decoded in [binary.as_ref(), text.as_ref()].into_iter().flatten() {
-        let mut out = BytesMut::new();
-        if encode_binary(ty, decoded, &mut out).is_ok() {
-            let again = decode_binary(ty, &out.freeze()).unwrap_or_else(|e| {
-                panic!("encode_binary of {decoded:?} does not decode: {e}")
-            });
-            assert_eq!(
-                format!("{again:?}"),
-                format!("{decoded:?}"),
-                "binary round trip changed the value"
-            );
-        }
+        // One re-encoding may normalise what a non-canonical input gave (numeric text
+        // `00` → `0`; binary numeric digits beyond the display scale: `-0.00` → `0.00`),
+        // see README "Findings"; after that the binary round trip is exact.
+        let Some(again) = round_trip(ty, decoded) else {
+            continue;
+        };
+        let Some(twice) = round_trip(ty, &again) else {
+            panic!("{again:?} decoded from binary does not re-encode");
+        };
+        assert_eq!(
+            format!("{twice:?}"),
+            format!("{again:?}"),
+            "binary round trip changed the value"
+        );
     }
 });
