@@ -537,3 +537,48 @@ async fn resnapshot_of_one_table_converges_while_writes_continue() {
     );
     assert_eq!(chunks(&name_a), 0, "a was not copied again");
 }
+
+/// On a standby (PostgreSQL 16+) nothing can be written: the online snapshot reads its
+/// chunks there and places them by the standby's replay position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn online_snapshot_from_a_standby_equals_select() {
+    let primary = Cluster::builder().major(16).build().await.unwrap();
+    primary
+        .execute(
+            "CREATE TABLE public.t (id int PRIMARY KEY, v text);
+             INSERT INTO public.t SELECT g, 'v' || g FROM generate_series(1, 3000) g;
+             CREATE PUBLICATION pub FOR TABLE public.t;",
+        )
+        .await
+        .unwrap();
+    let standby = primary.standby().await.unwrap();
+    standby.wait_for_replay(&primary).await.unwrap();
+    let handle = MemoryHandle::default();
+    let mut running = spawn(online(&standby, &["public.t"], 250), &handle);
+    // Slot creation on a standby waits for the primary's next running-transactions record.
+    let nudge = {
+        let primary = primary.connect("postgres").await.unwrap();
+        tokio::spawn(async move {
+            for i in 0..60 {
+                let _ = primary
+                    .batch_execute("SELECT pg_log_standby_snapshot()")
+                    .await;
+                let _ = primary
+                    .batch_execute(&format!(
+                        "UPDATE public.t SET v = v || '!' WHERE id = {}",
+                        1 + i * 41
+                    ))
+                    .await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    nudge.await.unwrap();
+    standby.wait_for_replay(&primary).await.unwrap();
+    running
+        .wait_for_equal(&standby, &handle, &["public.t"], Duration::from_secs(120))
+        .await;
+    running.stop().await;
+    assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
+    assert!(chunk_rows(&handle).1 >= 12, "read in chunks");
+}
