@@ -582,3 +582,32 @@ async fn online_snapshot_from_a_standby_equals_select() {
     assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
     assert!(chunk_rows(&handle).1 >= 12, "read in chunks");
 }
+
+/// A lost replication connection during the snapshot: the same run reconnects, drops the
+/// chunk rows still queued with the lost session's queue, reads them again, and ends equal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walsender_terminated_during_the_snapshot_the_same_run_continues() {
+    let cluster = Cluster::new().await.unwrap();
+    cluster.execute(SCHEMA).await.unwrap();
+    let handle = MemoryHandle::default();
+    let mut running = spawn(online(&cluster, &TABLES, 100), &handle);
+    let client = cluster.connect("postgres").await.unwrap();
+    for i in 0..6 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        client
+            .batch_execute(&format!(
+                "UPDATE public.items SET qty = qty + 1 WHERE id % 50 = {i};
+                 UPDATE public.items SET id = id + 300000 WHERE id = {};",
+                100 + i * 997
+            ))
+            .await
+            .unwrap();
+        cluster.terminate_walsenders().await.unwrap();
+    }
+    running
+        .wait_for_equal(&cluster, &handle, &TABLES, Duration::from_secs(120))
+        .await;
+    running.stop().await;
+    assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
+    assert!(handle.duplicate_positions().is_empty());
+}

@@ -18,6 +18,7 @@ use cdc_core::{
 use cdc_pgoutput::backfill::key_order::{KeyColumnOrder, KeyOrder};
 use cdc_pgoutput::backfill::merge::{Backfill, Frontier, Key, TableState, Window, key_of};
 use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
+use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
 use crate::catalog::{CatalogTable, KeyCollationInfo};
@@ -93,7 +94,28 @@ pub(crate) struct BackfillPhase {
     not_before: Option<Instant>,
     /// Tables whose next chunk must be preceded by a TRUNCATE (copied again on request).
     truncate_first: Vec<usize>,
+    /// A read round running in the background: the readers come back with the results.
+    in_flight: Option<JoinHandle<RoundResult>>,
+    /// See [`Self::optimistic`].
+    optimistic: bool,
+    /// The last position handed out before this phase began (a restart or reconnect):
+    /// no chunk is placed before the stream has passed its transaction, so new rows order
+    /// after it and before everything the stream sends next.
+    floor: Option<Position>,
 }
+
+/// One table's chunk request of a read round.
+#[derive(Debug)]
+struct Request {
+    /// The table's index in the merge.
+    index: usize,
+    catalog_index: usize,
+    /// The frontier the chunk continues from (text form).
+    after: Option<Vec<String>>,
+}
+
+/// What a background read round hands back: its connections and each request's result.
+type RoundResult = (Vec<Client>, Vec<(Request, Result<ChunkRead>)>);
 
 impl BackfillPhase {
     /// A backfill of `tables` (catalog indexes into `catalog_tables`), starting where
@@ -191,7 +213,39 @@ impl BackfillPhase {
             steps: VecDeque::new(),
             not_before: None,
             truncate_first: Vec::new(),
+            in_flight: None,
+            optimistic: true,
+            floor: after,
         })
+    }
+
+    /// The same backfill for a new replication session starting at `start`, from the
+    /// progress the handed-out batches cover (`covered`; chunk rows still queued when the
+    /// connection was lost are gone with the queue, so they are read again), with new
+    /// positions after `after`.
+    pub(crate) fn for_new_session(
+        &self,
+        covered: Option<BackfillProgress>,
+        start: Lsn,
+        after: Option<Position>,
+    ) -> Result<Self> {
+        let progress = match covered {
+            Some(progress) => progress,
+            None => Self::fresh_progress(&self.tables),
+        };
+        let mut phase = Self::new(
+            self.tables.clone(),
+            progress,
+            start,
+            after,
+            self.options.clone(),
+        )?;
+        for &index in &self.truncate_first {
+            if let Some(state) = self.merge.tables().get(index) {
+                phase.restart(&state.table)?;
+            }
+        }
+        Ok(phase)
     }
 
     /// The progress of a fresh backfill of every table in `tables`.
@@ -247,7 +301,8 @@ impl BackfillPhase {
 
     /// Whether chunks remain to be read and it is time to read them.
     pub(crate) fn wants_chunk(&self) -> bool {
-        self.merge.pending_tables().next().is_some()
+        self.in_flight.is_none()
+            && self.merge.pending_tables().next().is_some()
             && self.not_before.is_none_or(|t| Instant::now() >= t)
     }
 
@@ -304,10 +359,27 @@ impl BackfillPhase {
         position
     }
 
-    /// Reads the next chunk of up to `readers` tables at once and places those whose
-    /// snapshot saw every transaction the stream already passed. Must be called between
-    /// transactions. Transient failures are retried later; others are returned.
-    pub(crate) async fn read_round(&mut self, out: &mut VecDeque<ChangeEvent>) -> Result<()> {
+    /// Whether the next round may run in the background while the stream goes on (its
+    /// chunks are placed only if no transaction the stream passed in the meantime is
+    /// missing from their snapshots); after a round that failed that check, the next one
+    /// reads with the stream paused.
+    pub(crate) fn optimistic(&self) -> bool {
+        self.optimistic
+    }
+
+    /// Whether the background round has finished and its chunks can be placed now.
+    pub(crate) fn round_ready(&self) -> bool {
+        self.may_place() && self.in_flight.as_ref().is_some_and(|h| h.is_finished())
+    }
+
+    /// Whether chunks may be placed at the current anchor (see `floor`).
+    pub(crate) fn may_place(&self) -> bool {
+        self.floor
+            .is_none_or(|floor| self.merge.processed() > floor.commit_lsn)
+    }
+
+    /// Starts reading the next chunk of up to `readers` tables in the background.
+    pub(crate) async fn start_round(&mut self) -> Result<()> {
         let wanted: Vec<usize> = self
             .merge
             .pending_tables()
@@ -325,7 +397,6 @@ impl BackfillPhase {
                 Err(e) => return Err(e),
             }
         }
-        let tables = self.tables.clone();
         let mut requests = Vec::with_capacity(wanted.len());
         for &index in &wanted {
             let (Some(state), Some(&catalog_index)) =
@@ -333,49 +404,105 @@ impl BackfillPhase {
             else {
                 continue;
             };
-            let Some(table) = tables.get(catalog_index) else {
-                continue;
-            };
             let after = match &state.frontier {
                 Frontier::UpTo(key) => Some(key_text(key)?),
                 _ => None,
             };
-            requests.push((index, table, after));
+            requests.push(Request {
+                index,
+                catalog_index,
+                after,
+            });
         }
-        let reads = futures::future::join_all(requests.iter().zip(&self.readers).map(
-            |((_, table, after), client)| {
-                read_chunk(
-                    client,
-                    table,
-                    after.as_deref(),
-                    self.options.chunk_rows.max(1),
-                    self.options.in_recovery,
-                )
-            },
-        ))
-        .await;
+        let readers = std::mem::take(&mut self.readers);
+        let tables = self.tables.clone();
+        let limit = self.options.chunk_rows.max(1);
+        let in_recovery = self.options.in_recovery;
+        self.in_flight = Some(tokio::spawn(async move {
+            let reads = futures::future::join_all(requests.iter().zip(&readers).map(
+                |(request, client)| {
+                    let table = tables.get(request.catalog_index);
+                    async move {
+                        match table {
+                            Some(table) => {
+                                read_chunk(
+                                    client,
+                                    table,
+                                    request.after.as_deref(),
+                                    limit,
+                                    in_recovery,
+                                )
+                                .await
+                            }
+                            None => Err(Error::protocol("internal: chunk of an unknown table")),
+                        }
+                    }
+                },
+            ))
+            .await;
+            let results = requests.into_iter().zip(reads).collect();
+            (readers, results)
+        }));
+        Ok(())
+    }
+
+    /// Waits for the background round and places its chunks (at the current anchor: the
+    /// caller is between two transactions).
+    pub(crate) async fn finish_round(&mut self, out: &mut VecDeque<ChangeEvent>) -> Result<()> {
+        let Some(handle) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let (readers, results) = handle
+            .await
+            .map_err(|e| Error::protocol(format!("the snapshot chunk reader failed: {e}")))?;
+        self.readers = readers;
         let mut retry = false;
         let mut failed_connection = false;
-        for ((index, table, _), read) in requests.iter().zip(reads) {
+        let mut missed = false;
+        for (request, read) in results {
             let read = match read {
                 Ok(read) => read,
                 Err(e) if e.is_transient() => {
-                    tracing::warn!(table = %table.schema.name, error = %e, "reading a snapshot chunk failed; retrying");
+                    tracing::warn!(error = %e, "reading a snapshot chunk failed; retrying");
                     failed_connection = true;
                     retry = true;
                     continue;
                 }
                 Err(e) => return Err(e),
             };
-            if !self.place(*index, read, out)? {
+            // A TRUNCATE (or a restart) since the read began moved the table's frontier:
+            // the chunk no longer continues what the sink holds.
+            let frontier = match self.merge.tables().get(request.index).map(|s| &s.frontier) {
+                Some(Frontier::UpTo(key)) => Some(key_text(key)?),
+                Some(Frontier::NotStarted) => None,
+                _ => {
+                    retry = true;
+                    continue;
+                }
+            };
+            if frontier != request.after {
                 retry = true;
+                continue;
+            }
+            if !self.place(request.index, read, out)? {
+                retry = true;
+                missed = true;
             }
         }
         if failed_connection {
             self.readers.clear();
         }
+        self.optimistic = !missed;
         self.not_before = retry.then(|| Instant::now() + RETRY_DELAY);
         Ok(())
+    }
+
+    /// Reads the next chunk of up to `readers` tables at once with the stream paused, and
+    /// places those whose snapshot saw every transaction the stream already passed.
+    /// Transient failures are retried later; others are returned.
+    pub(crate) async fn read_round(&mut self, out: &mut VecDeque<ChangeEvent>) -> Result<()> {
+        self.start_round().await?;
+        self.finish_round(out).await
     }
 
     /// Places one chunk at the anchor, or returns false when its snapshot missed a

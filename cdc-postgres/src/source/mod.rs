@@ -386,6 +386,17 @@ impl PgSource {
         }
         self.pending.clear();
         self.inbox.clear();
+        if let Some(backfill) = self.backfill.as_mut() {
+            // Chunk rows still queued went with the queue; those already in the batch
+            // being built stay and will be handed out. Continue from what that covers,
+            // with the stream's new starting point.
+            let kept = backfill.progress_for(
+                self.queued_upto,
+                self.covered_end.max(self.building.commit_end),
+            );
+            self.backfill =
+                Some(backfill.for_new_session(kept, self.confirmed, self.queued_upto)?);
+        }
         let stream = conn
             .start_replication(&self.slot, self.confirmed, &pgoutput, self.options.stream)
             .await?;
@@ -471,13 +482,35 @@ impl Source for PgSource {
             }
             // Online snapshot: the next chunks go in between two transactions, while the
             // stream waits (backpressure reaches the server; status updates go on).
-            if self.stream_had_turn
-                && self.inbox.is_empty()
-                && self.between_transactions()
-                && self.pending.len() < self.options.config.batch.max_events
+            // A round read in the background is placed at the next transaction boundary
+            // (if the transactions passed meanwhile are all in its snapshots).
+            if self.between_transactions()
+                && let Some(backfill) = self.backfill.as_mut()
+                && backfill.round_ready()
+            {
+                let mut out = VecDeque::new();
+                backfill.finish_round(&mut out).await?;
+                self.pending.extend(out.into_iter().map(Pending::Event));
+                continue;
+            }
+            let room = self.pending.len() < self.options.config.batch.max_events;
+            if room
                 && let Some(backfill) = self.backfill.as_mut()
                 && backfill.wants_chunk()
+                && backfill.optimistic()
             {
+                // The next chunks are read while the stream and the sink go on.
+                backfill.start_round().await?;
+            } else if self.stream_had_turn
+                && self.inbox.is_empty()
+                && self.between_transactions()
+                && room
+                && let Some(backfill) = self.backfill.as_mut()
+                && backfill.wants_chunk()
+                && backfill.may_place()
+            {
+                // After a round whose snapshot missed a transaction the stream passed:
+                // read with the stream paused, which cannot miss one.
                 let mut out = VecDeque::new();
                 backfill.read_round(&mut out).await?;
                 self.pending.extend(out.into_iter().map(Pending::Event));
