@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -18,6 +19,7 @@ use cdc_core::{
 use cdc_pgoutput::backfill::key_order::{KeyColumnOrder, KeyOrder};
 use cdc_pgoutput::backfill::merge::{Backfill, Frontier, Key, TableState, Window, key_of};
 use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
@@ -102,6 +104,11 @@ pub(crate) struct BackfillPhase {
     /// no chunk is placed before the stream has passed its transaction, so new rows order
     /// after it and before everything the stream sends next.
     floor: Option<Position>,
+    /// Signalled when a background round finishes.
+    round_done: Arc<Notify>,
+    /// Set by the background round just before it signals (its handle may not report
+    /// finished for a moment longer).
+    round_ready: Arc<AtomicBool>,
 }
 
 /// One table's chunk request of a read round.
@@ -216,6 +223,8 @@ impl BackfillPhase {
             in_flight: None,
             optimistic: true,
             floor: after,
+            round_done: Arc::new(Notify::new()),
+            round_ready: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -367,9 +376,15 @@ impl BackfillPhase {
         self.optimistic
     }
 
+    /// Signalled when a background round finishes (the source waits on it with the
+    /// stream).
+    pub(crate) fn round_notify(&self) -> Arc<Notify> {
+        self.round_done.clone()
+    }
+
     /// Whether the background round has finished and its chunks can be placed now.
     pub(crate) fn round_ready(&self) -> bool {
-        self.may_place() && self.in_flight.as_ref().is_some_and(|h| h.is_finished())
+        self.may_place() && self.in_flight.is_some() && self.round_ready.load(Ordering::Acquire)
     }
 
     /// Whether chunks may be placed at the current anchor (see `floor`).
@@ -418,6 +433,9 @@ impl BackfillPhase {
         let tables = self.tables.clone();
         let limit = self.options.chunk_rows.max(1);
         let in_recovery = self.options.in_recovery;
+        let done = self.round_done.clone();
+        let ready = self.round_ready.clone();
+        ready.store(false, Ordering::Release);
         self.in_flight = Some(tokio::spawn(async move {
             let reads = futures::future::join_all(requests.iter().zip(&readers).map(
                 |(request, client)| {
@@ -441,6 +459,9 @@ impl BackfillPhase {
             ))
             .await;
             let results = requests.into_iter().zip(reads).collect();
+            // A permit is kept if nobody waits yet, so the wake-up is never lost.
+            ready.store(true, Ordering::Release);
+            done.notify_one();
             (readers, results)
         }));
         Ok(())

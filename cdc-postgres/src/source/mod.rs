@@ -558,10 +558,18 @@ impl Source for PgSource {
                 continue;
             };
             let confirm = self.confirm.clone();
+            let round_done = self.backfill.as_ref().map(BackfillPhase::round_notify);
             let received = tokio::select! {
                 received = stream.next_chunk() => received,
                 // A confirmation goes to the server at once, even while waiting.
                 _ = confirm.changed() => continue,
+                // A background chunk read finished: place it without waiting for a timer.
+                () = async {
+                    match &round_done {
+                        Some(done) => done.notified().await,
+                        None => std::future::pending().await,
+                    }
+                } => continue,
                 _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {
                     self.stream_had_turn = true;
                     continue;
