@@ -11,19 +11,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use cdc_core::{
     BackfillProgress, BackfillWindow, ChangeEvent, Error, EventKind, Lsn, Position, Result,
     SnapshotMarker, TableBackfill, TableName,
 };
-use cdc_pgoutput::backfill::key_order::{KeyColumnOrder, KeyOrder};
-use cdc_pgoutput::backfill::merge::{Backfill, Frontier, Key, TableState, Window, key_of};
+use cdc_pgoutput::backfill::merge::{Backfill, Frontier, TableState, Window, key_of};
 use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
-use crate::catalog::{CatalogTable, KeyCollationInfo};
+use super::backfill_keys::{key_columns, key_order, key_text, parse_key};
+use super::backfill_progress::{ChunkRecord, CoveredProgress, Step};
+use crate::catalog::CatalogTable;
 use crate::conn::{ConnectionConfig, connect_sql};
 use crate::snapshot::{ChunkRead, read_chunk};
 
@@ -47,37 +47,6 @@ pub(crate) struct BackfillOptions {
 }
 
 /// One delivered chunk as the token needs it: which rows it put where.
-#[derive(Debug)]
-struct ChunkRecord {
-    table: usize,
-    /// Position of its `ChunkCompleted` marker (and `TableCompleted`, if any).
-    end: Position,
-    /// Each row's position and key (text form), in order.
-    rows: Vec<(Position, Vec<String>)>,
-    window: BackfillWindow,
-    complete: bool,
-}
-
-/// What changes the token's view of a table, in stream order.
-#[derive(Debug)]
-enum Step {
-    Chunk(ChunkRecord),
-    /// A TRUNCATE at this position started the table's backfill over.
-    Restart {
-        table: usize,
-        at: Position,
-    },
-}
-
-impl Step {
-    fn first_position(&self) -> Position {
-        match self {
-            Step::Chunk(chunk) => chunk.rows.first().map_or(chunk.end, |(p, _)| *p),
-            Step::Restart { at, .. } => *at,
-        }
-    }
-}
-
 /// The running online snapshot.
 #[derive(Debug)]
 pub(crate) struct BackfillPhase {
@@ -90,9 +59,8 @@ pub(crate) struct BackfillPhase {
     /// Where the previous anchor put its rows, and the next ordinal there.
     anchor_lsn: Lsn,
     next_ordinal: u64,
-    /// The progress the last handed-out batch covers, and the steps after it.
-    covered: BackfillProgress,
-    steps: VecDeque<Step>,
+    /// The progress the handed-out batches cover, and the steps placed after it.
+    progress: CoveredProgress,
     not_before: Option<Instant>,
     /// Tables whose next chunk must be preceded by a TRUNCATE (copied again on request).
     truncate_first: Vec<usize>,
@@ -216,8 +184,7 @@ impl BackfillPhase {
             readers: Vec::new(),
             anchor_lsn,
             next_ordinal,
-            covered,
-            steps: VecDeque::new(),
+            progress: CoveredProgress::new(covered),
             not_before: None,
             truncate_first: Vec::new(),
             in_flight: None,
@@ -318,14 +285,16 @@ impl BackfillPhase {
     /// Whether nothing is left to read or decide (the phase can end once the token's
     /// progress says so too).
     pub(crate) fn is_finished(&self) -> bool {
-        self.merge.is_finished() && self.steps.is_empty() && self.covered_is_finished()
+        self.merge.is_finished() && self.progress.is_finished()
     }
 
-    fn covered_is_finished(&self) -> bool {
-        self.covered
-            .tables
-            .iter()
-            .all(|t| t.done && t.windows.is_empty())
+    /// See [`CoveredProgress::progress_for`].
+    pub(crate) fn progress_for(
+        &mut self,
+        last: Option<Position>,
+        commit_end: Option<Lsn>,
+    ) -> Option<BackfillProgress> {
+        self.progress.progress_for(last, commit_end)
     }
 
     /// Passes one streamed event through the merge: `Some` to deliver.
@@ -338,7 +307,7 @@ impl BackfillPhase {
                     .iter()
                     .position(|t| t.table == table.name)
                 {
-                    self.steps.push_back(Step::Restart {
+                    self.progress.push(Step::Restart {
                         table: index,
                         at: event.position,
                     });
@@ -575,7 +544,7 @@ impl BackfillPhase {
                     restart_identity: false,
                 },
             });
-            self.steps.push_back(Step::Restart {
+            self.progress.push(Step::Restart {
                 table: index,
                 at: position,
             });
@@ -636,7 +605,7 @@ impl BackfillPhase {
         } else {
             rows.last().map(|(_, k)| k.clone())
         };
-        self.steps.push_back(Step::Chunk(ChunkRecord {
+        self.progress.push(Step::Chunk(ChunkRecord {
             table: index,
             end,
             rows,
@@ -650,190 +619,4 @@ impl BackfillPhase {
         }));
         Ok(true)
     }
-
-    /// The progress a token covering everything up to `last` (and transactions up to
-    /// `commit_end`) carries (every table done, once the backfill is over).
-    pub(crate) fn progress_for(
-        &mut self,
-        last: Option<Position>,
-        commit_end: Option<Lsn>,
-    ) -> Option<BackfillProgress> {
-        let commit_end = commit_end.unwrap_or(Lsn::ZERO);
-        while let Some(step) = self.steps.front() {
-            if last.is_none_or(|l| step.first_position() > l) {
-                break;
-            }
-            let Some(step) = self.steps.pop_front() else {
-                break;
-            };
-            match step {
-                Step::Restart { table, .. } => {
-                    if let Some(entry) = self.covered.tables.get_mut(table) {
-                        entry.done = false;
-                        entry.upto = None;
-                        entry.windows.clear();
-                    }
-                }
-                Step::Chunk(chunk) => {
-                    let fully = last.is_some_and(|l| chunk.end <= l);
-                    let Some(entry) = self.covered.tables.get_mut(chunk.table) else {
-                        continue;
-                    };
-                    if fully {
-                        entry.chunks += 1;
-                        entry.rows += chunk.rows.len() as u64;
-                        entry.done = chunk.complete;
-                        entry.upto = chunk.window.upto.clone().or(entry.upto.take());
-                        entry.windows.push(chunk.window);
-                    } else {
-                        // The batch ends inside this chunk: the rows up to `last` are the
-                        // sink's; the rest is read again after a restart.
-                        let delivered: Vec<&(Position, Vec<String>)> = chunk
-                            .rows
-                            .iter()
-                            .take_while(|(p, _)| last.is_some_and(|l| *p <= l))
-                            .collect();
-                        if let Some((_, key)) = delivered.last() {
-                            let mut window = chunk.window.clone();
-                            window.upto = Some(key.clone());
-                            let mut partial = TableBackfill {
-                                table: entry.table.clone(),
-                                done: false,
-                                upto: Some(key.clone()),
-                                chunks: entry.chunks + 1,
-                                rows: entry.rows + delivered.len() as u64,
-                                windows: entry.windows.clone(),
-                            };
-                            partial.windows.push(window);
-                            // Not popped for good: later batches cover more of it.
-                            let result = self.snapshot_with(chunk.table, partial, commit_end);
-                            self.steps.push_front(Step::Chunk(chunk));
-                            return result;
-                        }
-                        self.steps.push_front(Step::Chunk(chunk));
-                        break;
-                    }
-                }
-            }
-        }
-        for entry in &mut self.covered.tables {
-            entry.windows.retain(|w| w.until > commit_end);
-        }
-        // Kept after every table is done: a later run learns from it which tables it
-        // need not copy again (and backfills only a table added since).
-        Some(self.covered.clone())
-    }
-
-    /// The covered progress with `entry` in place of table `index`'s.
-    fn snapshot_with(
-        &self,
-        index: usize,
-        entry: TableBackfill,
-        commit_end: Lsn,
-    ) -> Option<BackfillProgress> {
-        let mut progress = self.covered.clone();
-        if let Some(slot) = progress.tables.get_mut(index) {
-            *slot = entry;
-        }
-        for entry in &mut progress.tables {
-            entry.windows.retain(|w| w.until > commit_end);
-        }
-        Some(progress)
-    }
-}
-
-/// Positions of `table`'s primary key columns in its rows.
-fn key_columns(table: &CatalogTable) -> Result<Vec<usize>> {
-    if table.schema.primary_key.is_empty() {
-        return Err(Error::config(format!(
-            "table {} has no primary key: the online snapshot reads tables in key order; \
-             add a primary key or use the consistent snapshot mode",
-            table.schema.name
-        )));
-    }
-    table
-        .schema
-        .primary_key
-        .iter()
-        .map(|name| {
-            table.schema.column_index(name).ok_or_else(|| {
-                Error::protocol(format!(
-                    "primary key column {name:?} of {} is not among its columns",
-                    table.schema.name
-                ))
-            })
-        })
-        .collect()
-}
-
-/// How `table`'s keys compare, or a Config error naming a key column whose order only the
-/// server knows.
-fn key_order(table: &CatalogTable) -> Result<KeyOrder> {
-    let columns = key_columns(table)?;
-    let mut orders = Vec::with_capacity(columns.len());
-    for (position, &index) in columns.iter().enumerate() {
-        let column = table.schema.columns.get(index);
-        let oid = column.map_or(0, |c| c.column_type.oid);
-        let collation = table
-            .key_collations
-            .get(position)
-            .cloned()
-            .unwrap_or(KeyCollationInfo::NotCollatable);
-        match KeyColumnOrder::for_column(oid, collation.as_key_collation()) {
-            Ok(order) => orders.push(order),
-            Err(why) => {
-                return Err(Error::config(format!(
-                    "the online snapshot cannot merge {} with the stream: its primary key column {:?} is a {why}; \
-                     use the consistent snapshot mode for it",
-                    table.schema.name,
-                    column.map_or("?", |c| c.name.as_str()),
-                )));
-            }
-        }
-    }
-    Ok(KeyOrder::new(orders))
-}
-
-/// A key in Postgres's text form, for queries and tokens.
-fn key_text(key: &Key) -> Result<Vec<String>> {
-    key.iter()
-        .map(|v| {
-            v.to_pg_text().ok_or_else(|| {
-                Error::protocol(format!(
-                    "a primary key value ({}) has no text form",
-                    v.kind_name()
-                ))
-            })
-        })
-        .collect()
-}
-
-/// A key from its text form (as [`key_text`] wrote it into a token).
-fn parse_key(table: &CatalogTable, text: &[String]) -> Result<Key> {
-    let columns = key_columns(table)?;
-    if columns.len() != text.len() {
-        return Err(Error::protocol(format!(
-            "the resume token's backfill key of {} has {} values, the primary key has {} columns",
-            table.schema.name,
-            text.len(),
-            columns.len()
-        )));
-    }
-    columns
-        .iter()
-        .zip(text)
-        .map(|(&index, value)| {
-            let Some(ty) = table.column_types.get(index) else {
-                return Err(Error::protocol("internal: key column without a type"));
-            };
-            cdc_pgoutput::types::decode_text(ty, &Bytes::copy_from_slice(value.as_bytes())).map_err(
-                |e| {
-                    Error::protocol(format!(
-                        "the resume token's backfill key of {} does not decode: {e}",
-                        table.schema.name
-                    ))
-                },
-            )
-        })
-        .collect()
 }

@@ -7,7 +7,9 @@
 //! - `snapshot_phase`: snapshot rows and markers with positions.
 //! - this module: batching, progress, end position, reconnect.
 
+mod backfill_keys;
 mod backfill_phase;
+mod backfill_progress;
 mod options;
 mod snapshot_phase;
 mod spill;

@@ -1,0 +1,105 @@
+//! The primary keys of backfilled tables: where they sit in a row, how they compare (as
+//! the server's btree orders them), and their text form in queries and tokens.
+
+use bytes::Bytes;
+use cdc_core::{Error, Result};
+use cdc_pgoutput::backfill::key_order::{KeyColumnOrder, KeyOrder};
+use cdc_pgoutput::backfill::merge::Key;
+
+use crate::catalog::{CatalogTable, KeyCollationInfo};
+
+/// Positions of `table`'s primary key columns in its rows.
+pub(super) fn key_columns(table: &CatalogTable) -> Result<Vec<usize>> {
+    if table.schema.primary_key.is_empty() {
+        return Err(Error::config(format!(
+            "table {} has no primary key: the online snapshot reads tables in key order; \
+             add a primary key or use the consistent snapshot mode",
+            table.schema.name
+        )));
+    }
+    table
+        .schema
+        .primary_key
+        .iter()
+        .map(|name| {
+            table.schema.column_index(name).ok_or_else(|| {
+                Error::protocol(format!(
+                    "primary key column {name:?} of {} is not among its columns",
+                    table.schema.name
+                ))
+            })
+        })
+        .collect()
+}
+
+/// How `table`'s keys compare, or a Config error naming a key column whose order only the
+/// server knows.
+pub(super) fn key_order(table: &CatalogTable) -> Result<KeyOrder> {
+    let columns = key_columns(table)?;
+    let mut orders = Vec::with_capacity(columns.len());
+    for (position, &index) in columns.iter().enumerate() {
+        let column = table.schema.columns.get(index);
+        let oid = column.map_or(0, |c| c.column_type.oid);
+        let collation = table
+            .key_collations
+            .get(position)
+            .cloned()
+            .unwrap_or(KeyCollationInfo::NotCollatable);
+        match KeyColumnOrder::for_column(oid, collation.as_key_collation()) {
+            Ok(order) => orders.push(order),
+            Err(why) => {
+                return Err(Error::config(format!(
+                    "the online snapshot cannot merge {} with the stream: its primary key column {:?} is a {why}; \
+                     use the consistent snapshot mode for it",
+                    table.schema.name,
+                    column.map_or("?", |c| c.name.as_str()),
+                )));
+            }
+        }
+    }
+    Ok(KeyOrder::new(orders))
+}
+
+/// A key in Postgres's text form, for queries and tokens.
+pub(super) fn key_text(key: &Key) -> Result<Vec<String>> {
+    key.iter()
+        .map(|v| {
+            v.to_pg_text().ok_or_else(|| {
+                Error::protocol(format!(
+                    "a primary key value ({}) has no text form",
+                    v.kind_name()
+                ))
+            })
+        })
+        .collect()
+}
+
+/// A key from its text form (as [`key_text`] wrote it into a token).
+pub(super) fn parse_key(table: &CatalogTable, text: &[String]) -> Result<Key> {
+    let columns = key_columns(table)?;
+    if columns.len() != text.len() {
+        return Err(Error::protocol(format!(
+            "the resume token's backfill key of {} has {} values, the primary key has {} columns",
+            table.schema.name,
+            text.len(),
+            columns.len()
+        )));
+    }
+    columns
+        .iter()
+        .zip(text)
+        .map(|(&index, value)| {
+            let Some(ty) = table.column_types.get(index) else {
+                return Err(Error::protocol("internal: key column without a type"));
+            };
+            cdc_pgoutput::types::decode_text(ty, &Bytes::copy_from_slice(value.as_bytes())).map_err(
+                |e| {
+                    Error::protocol(format!(
+                        "the resume token's backfill key of {} does not decode: {e}",
+                        table.schema.name
+                    ))
+                },
+            )
+        })
+        .collect()
+}

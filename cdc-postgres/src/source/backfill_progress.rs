@@ -1,0 +1,161 @@
+//! What an online snapshot's resume token says, for exactly the events the token covers:
+//! the chunks and restarts placed in the stream, applied to the token's progress as the
+//! batches holding them are handed out — also when a batch ends inside a chunk.
+
+use std::collections::VecDeque;
+
+use cdc_core::{BackfillProgress, BackfillWindow, Lsn, Position, TableBackfill};
+
+/// One placed chunk as the token needs it: which rows it put where.
+#[derive(Debug)]
+pub(super) struct ChunkRecord {
+    pub(super) table: usize,
+    /// Position of its `ChunkCompleted` marker (and `TableCompleted`, if any).
+    pub(super) end: Position,
+    /// Each row's position and key (text form), in order.
+    pub(super) rows: Vec<(Position, Vec<String>)>,
+    pub(super) window: BackfillWindow,
+    pub(super) complete: bool,
+}
+
+/// What changes the token's view of a table, in stream order.
+#[derive(Debug)]
+pub(super) enum Step {
+    Chunk(ChunkRecord),
+    /// A TRUNCATE at this position started the table's backfill over.
+    Restart {
+        table: usize,
+        at: Position,
+    },
+}
+
+impl Step {
+    fn first_position(&self) -> Position {
+        match self {
+            Step::Chunk(chunk) => chunk.rows.first().map_or(chunk.end, |(p, _)| *p),
+            Step::Restart { at, .. } => *at,
+        }
+    }
+}
+
+/// The progress the handed-out batches cover, and the steps placed after it.
+#[derive(Debug)]
+pub(super) struct CoveredProgress {
+    covered: BackfillProgress,
+    steps: VecDeque<Step>,
+}
+
+impl CoveredProgress {
+    /// Progress as a token (or the start) had it, with nothing placed since.
+    pub(super) fn new(covered: BackfillProgress) -> Self {
+        CoveredProgress {
+            covered,
+            steps: VecDeque::new(),
+        }
+    }
+
+    /// Records a chunk or restart placed in the stream (in stream order).
+    pub(super) fn push(&mut self, step: Step) {
+        self.steps.push_back(step);
+    }
+
+    /// Whether every placed step is covered, every table done and every window closed.
+    pub(super) fn is_finished(&self) -> bool {
+        self.steps.is_empty()
+            && self
+                .covered
+                .tables
+                .iter()
+                .all(|t| t.done && t.windows.is_empty())
+    }
+
+    /// The progress a token covering everything up to `last` (and transactions up to
+    /// `commit_end`) carries (every table done, once the backfill is over).
+    pub(super) fn progress_for(
+        &mut self,
+        last: Option<Position>,
+        commit_end: Option<Lsn>,
+    ) -> Option<BackfillProgress> {
+        let commit_end = commit_end.unwrap_or(Lsn::ZERO);
+        while let Some(step) = self.steps.front() {
+            if last.is_none_or(|l| step.first_position() > l) {
+                break;
+            }
+            let Some(step) = self.steps.pop_front() else {
+                break;
+            };
+            match step {
+                Step::Restart { table, .. } => {
+                    if let Some(entry) = self.covered.tables.get_mut(table) {
+                        entry.done = false;
+                        entry.upto = None;
+                        entry.windows.clear();
+                    }
+                }
+                Step::Chunk(chunk) => {
+                    let fully = last.is_some_and(|l| chunk.end <= l);
+                    let Some(entry) = self.covered.tables.get_mut(chunk.table) else {
+                        continue;
+                    };
+                    if fully {
+                        entry.chunks += 1;
+                        entry.rows += chunk.rows.len() as u64;
+                        entry.done = chunk.complete;
+                        entry.upto = chunk.window.upto.clone().or(entry.upto.take());
+                        entry.windows.push(chunk.window);
+                    } else {
+                        // The batch ends inside this chunk: the rows up to `last` are the
+                        // sink's; the rest is read again after a restart.
+                        let delivered: Vec<&(Position, Vec<String>)> = chunk
+                            .rows
+                            .iter()
+                            .take_while(|(p, _)| last.is_some_and(|l| *p <= l))
+                            .collect();
+                        if let Some((_, key)) = delivered.last() {
+                            let mut window = chunk.window.clone();
+                            window.upto = Some(key.clone());
+                            let mut partial = TableBackfill {
+                                table: entry.table.clone(),
+                                done: false,
+                                upto: Some(key.clone()),
+                                chunks: entry.chunks + 1,
+                                rows: entry.rows + delivered.len() as u64,
+                                windows: entry.windows.clone(),
+                            };
+                            partial.windows.push(window);
+                            // Not popped for good: later batches cover more of it.
+                            let result = self.snapshot_with(chunk.table, partial, commit_end);
+                            self.steps.push_front(Step::Chunk(chunk));
+                            return result;
+                        }
+                        self.steps.push_front(Step::Chunk(chunk));
+                        break;
+                    }
+                }
+            }
+        }
+        for entry in &mut self.covered.tables {
+            entry.windows.retain(|w| w.until > commit_end);
+        }
+        // Kept after every table is done: a later run learns from it which tables it
+        // need not copy again (and backfills only a table added since).
+        Some(self.covered.clone())
+    }
+
+    /// The covered progress with `entry` in place of table `index`'s.
+    fn snapshot_with(
+        &self,
+        index: usize,
+        entry: TableBackfill,
+        commit_end: Lsn,
+    ) -> Option<BackfillProgress> {
+        let mut progress = self.covered.clone();
+        if let Some(slot) = progress.tables.get_mut(index) {
+            *slot = entry;
+        }
+        for entry in &mut progress.tables {
+            entry.windows.retain(|w| w.until > commit_end);
+        }
+        Some(progress)
+    }
+}
