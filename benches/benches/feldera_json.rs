@@ -37,6 +37,7 @@ fn insert_events() -> Vec<ChangeEvent> {
         TableCatalogInfo {
             not_null: ["id".to_owned()].into_iter().collect(),
             primary_key: vec!["id".to_owned()],
+            generated: Default::default(),
         },
     );
     let mut assembler = ChangeAssembler::new(AssemblerConfig {

@@ -69,6 +69,11 @@ pub struct ColumnSchema {
     /// DEFAULT` the primary key, for `INDEX` the index's columns; for `FULL`, every
     /// column, as Postgres reports it).
     pub part_of_key: bool,
+    /// A stored generated column (`GENERATED ALWAYS AS (...) STORED`), delivered when the
+    /// publication publishes it (PostgreSQL 18's `publish_generated_columns = stored`, or
+    /// a column list naming it). Its values are computed by Postgres, not written.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub generated: bool,
 }
 
 /// A table's schema as of some point in the stream. Shared as `Arc` by every event that
@@ -194,6 +199,7 @@ mod tests {
             },
             nullable: true,
             part_of_key: key,
+            generated: false,
         }
     }
 

@@ -249,6 +249,41 @@ pub struct StreamArgs {
     /// transaction; the stream waits while one is read).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub chunk_rows: u32,
+    /// Transactions larger than the server's `logical_decoding_work_mem`: sent while in
+    /// progress and buffered here (`on`, protocol 2; `parallel`, protocol 4, PostgreSQL
+    /// 16+), or spilled to the server's disk until they commit (`off`). `auto` (default):
+    /// `parallel` on 16+, `on` on 14 and 15.
+    #[arg(long, value_enum, default_value_t = StreamingArg::Auto)]
+    pub streaming: StreamingArg,
+    /// Decode prepared transactions at PREPARE TRANSACTION (PostgreSQL 15+). They are
+    /// still written once, at COMMIT PREPARED; until then the slot is held at the
+    /// PREPARE, so a restart receives them again.
+    #[arg(long)]
+    pub two_phase: bool,
+}
+
+/// `--streaming`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StreamingArg {
+    /// The best the server offers.
+    Auto,
+    /// Large transactions arrive at commit.
+    Off,
+    /// Streamed in progress (protocol 2, PostgreSQL 14+).
+    On,
+    /// Streamed in progress (protocol 4, PostgreSQL 16+).
+    Parallel,
+}
+
+impl From<StreamingArg> for cdc_postgres::conn::Streaming {
+    fn from(value: StreamingArg) -> Self {
+        match value {
+            StreamingArg::Auto => cdc_postgres::conn::Streaming::Auto,
+            StreamingArg::Off => cdc_postgres::conn::Streaming::Off,
+            StreamingArg::On => cdc_postgres::conn::Streaming::On,
+            StreamingArg::Parallel => cdc_postgres::conn::Streaming::Parallel,
+        }
+    }
 }
 
 /// Output policies.

@@ -299,6 +299,7 @@ mod tests {
                 },
                 nullable: false,
                 part_of_key: true,
+                generated: false,
             }],
             replica_identity: ReplicaIdentity::Default,
             primary_key: vec!["id".into()],

@@ -65,8 +65,13 @@ fn sql_error(e: tokio_postgres::Error) -> Error {
 
 /// Reads every table in `tables` and registers the non-built-in types of their columns in
 /// `types`. A missing table is a Config error.
+///
+/// A table's columns are those `publication` publishes: its column list (PostgreSQL 15+),
+/// stored generated columns when it publishes them (PostgreSQL 18+), otherwise every
+/// column but generated ones — the columns pgoutput's Relation message will describe.
 pub async fn load_tables(
     client: &Client,
+    publication: &str,
     tables: &[TableName],
     types: &mut TypeRegistry,
 ) -> Result<Vec<CatalogTable>, Error> {
@@ -87,18 +92,20 @@ pub async fn load_tables(
         let estimated_rows: i64 = row.try_get(2).map_err(sql_error)?;
         let pages: i64 = row.try_get(3).map_err(sql_error)?;
         let relkind: String = row.try_get(4).map_err(sql_error)?;
+        let published = published_columns(client, publication, name).await?;
         let columns = client
             .query(
                 "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attnotnull, \
                         COALESCE(i.indisprimary, false) AS in_pk, \
-                        format_type(a.atttypid, NULL) \
+                        format_type(a.atttypid, NULL), a.attgenerated <> '' \
                  FROM pg_attribute a \
                  LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary \
                                       AND a.attnum = ANY(i.indkey) \
                  WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
-                   AND a.attgenerated = '' \
+                   AND CASE WHEN $2::text[] IS NULL THEN a.attgenerated = '' \
+                            ELSE a.attname::text = ANY($2::text[]) END \
                  ORDER BY a.attnum",
-                &[&oid],
+                &[&oid, &published],
             )
             .await
             .map_err(sql_error)?;
@@ -178,6 +185,7 @@ pub async fn load_tables(
             let modifier: i32 = c.try_get(2).map_err(sql_error)?;
             let not_null: bool = c.try_get(3).map_err(sql_error)?;
             let type_name: String = c.try_get(5).map_err(sql_error)?;
+            let generated: bool = c.try_get(6).map_err(sql_error)?;
             let part_of_key = match replica_identity {
                 ReplicaIdentity::Full => true,
                 ReplicaIdentity::Nothing => false,
@@ -194,6 +202,7 @@ pub async fn load_tables(
                 },
                 nullable: !not_null,
                 part_of_key,
+                generated,
             });
         }
         define_types(client, &type_oids, types).await?;
@@ -233,6 +242,30 @@ pub async fn load_tables(
     Ok(out)
 }
 
+/// The columns `publication` publishes of `table` (`pg_publication_tables.attnames`,
+/// PostgreSQL 15+); `None` where the server does not say (before 15, or a table the view
+/// lists only through its partitions or root), which means every non-generated column.
+async fn published_columns(
+    client: &Client,
+    publication: &str,
+    table: &TableName,
+) -> Result<Option<Vec<String>>, Error> {
+    // Through to_jsonb, so the query is the same on servers whose view lacks the column.
+    let row = client
+        .query_opt(
+            "SELECT ARRAY(SELECT jsonb_array_elements_text(to_jsonb(pt) -> 'attnames')) \
+             FROM pg_publication_tables pt \
+             WHERE pt.pubname = $1 AND pt.schemaname = $2 AND pt.tablename = $3 \
+               AND jsonb_typeof(to_jsonb(pt) -> 'attnames') = 'array'",
+            &[&publication, &table.schema, &table.name],
+        )
+        .await
+        .map_err(sql_error)?;
+    row.map(|r| r.try_get::<_, Vec<String>>(0))
+        .transpose()
+        .map_err(sql_error)
+}
+
 /// Whether values of `ty` decode from the binary format into their own `Value` variant.
 /// Types kept as `Value::Other` (ranges, network, geometric, …) only have an exact text
 /// form we can pass on in text format, so they are read as text.
@@ -261,6 +294,13 @@ pub fn catalog_info(table: &CatalogTable) -> TableCatalogInfo {
             .map(|c| c.name.clone())
             .collect(),
         primary_key: table.schema.primary_key.clone(),
+        generated: table
+            .schema
+            .columns
+            .iter()
+            .filter(|c| c.generated)
+            .map(|c| c.name.clone())
+            .collect(),
     }
 }
 

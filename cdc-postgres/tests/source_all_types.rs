@@ -150,6 +150,18 @@ async fn every_type_in_binary_mode_matches_postgres() {
     run("bin", true).await;
 }
 
+/// Part of the version suite: every type, binary where it decodes, text for the rest, on
+/// each version in `PGCDC_PG_VERSIONS` (with the default streaming of each version).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_type_matches_postgres_on_every_version() {
+    for version in cdc_testkit::versions_under_test() {
+        let cluster = Cluster::builder().major(version).build().await.unwrap();
+        run_on(cluster, "all_types", true).await;
+        let cluster = Cluster::builder().major(version).build().await.unwrap();
+        run_on(cluster, "bin", true).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn text_mode_does_not_depend_on_the_server_date_and_interval_styles() {
     let cluster = Cluster::builder()

@@ -36,7 +36,7 @@ async fn streamed_transactions_deliver_only_what_committed() {
     let cluster = streaming_cluster().await;
     let handle = MemoryHandle::default();
     let mut options = options(&cluster, &["public.big"]);
-    options.streaming = Streaming::On;
+    options.config.streaming = Streaming::On;
     options.stream_memory_limit = 256 << 10;
     options.messages = MessageFilter::Prefixes(vec!["app".into()]);
     let running = spawn(options, &handle);

@@ -39,6 +39,7 @@ pub fn table(
                 },
                 nullable: !key.contains(n),
                 part_of_key: key.contains(n) || identity == ReplicaIdentity::Full,
+                generated: false,
             })
             .collect(),
         replica_identity: identity,

@@ -27,6 +27,7 @@ fn schema() -> SchemaRef {
         },
         nullable: !key,
         part_of_key: key,
+        generated: false,
     };
     Arc::new(TableSchema {
         name: TableName::new("public", "t"),

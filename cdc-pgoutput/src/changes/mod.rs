@@ -11,7 +11,13 @@
 //! further — so they are the same on every replay of the transaction: Begin is 0, the
 //! k-th change (k ≥ 1) is `2k`, a schema change event just before it `2k − 1`, and Commit
 //! `2(n + 1)` for `n` changes.
+//!
+//! Two-phase transactions (protocol v3+) are delivered once, at COMMIT PREPARED, at the
+//! commit's position; a rolled-back one delivers nothing. While one waits,
+//! [`ChangeAssembler::confirm_hold`] says how far the slot may be confirmed (see
+//! `prepared`).
 
+mod prepared;
 mod relations;
 mod spill;
 mod stream_buffer;
@@ -32,6 +38,7 @@ pub use stream_buffer::{Replay, StreamBuffers};
 use crate::protocol::pgoutput::{
     self, DecoderOptions, OldTuple, PgOutputDecoder, PgOutputMessage, StreamStart, TupleRef,
 };
+use prepared::{HeldSchemaChange, PreparedTransactions};
 
 /// Which logical decoding messages (`pg_logical_emit_message`) to deliver.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -86,6 +93,8 @@ struct ReplayState {
     entries: Replay,
     decoder: PgOutputDecoder,
     end_lsn: Lsn,
+    /// A prepared transaction's schema changes, in order.
+    schema_changes: std::collections::VecDeque<HeldSchemaChange>,
 }
 
 /// Turns pgoutput messages into change events. See the module documentation for
@@ -98,6 +107,7 @@ pub struct ChangeAssembler {
     tx: Option<TxState>,
     streams: StreamBuffers,
     replay: Option<ReplayState>,
+    prepared: PreparedTransactions,
 }
 
 impl ChangeAssembler {
@@ -110,6 +120,7 @@ impl ChangeAssembler {
             tx: None,
             streams: StreamBuffers::new(config.stream_memory_limit, config.spill),
             replay: None,
+            prepared: PreparedTransactions::default(),
         }
     }
 
@@ -126,9 +137,23 @@ impl ChangeAssembler {
         self.tx = None;
         self.streams = StreamBuffers::new(self.streams.limit(), self.streams.storage().clone());
         self.replay = None;
+        self.prepared = PreparedTransactions::default();
     }
 
-    /// Bytes held by in-progress streamed transactions.
+    /// The furthest the slot may be confirmed while prepared transactions wait for
+    /// COMMIT PREPARED: the earliest one's PREPARE LSN (the server sends a prepared
+    /// transaction again after a restart only from a position at or before it). `None`
+    /// when none waits.
+    pub fn confirm_hold(&self) -> Option<Lsn> {
+        self.prepared.confirm_hold()
+    }
+
+    /// How many prepared transactions wait for COMMIT PREPARED or ROLLBACK PREPARED.
+    pub fn prepared_waiting(&self) -> usize {
+        self.prepared.waiting()
+    }
+
+    /// Bytes held by in-progress streamed transactions (and prepared transactions).
     pub fn buffered_bytes(&self) -> usize {
         self.streams.memory_used()
     }
@@ -139,9 +164,10 @@ impl ChangeAssembler {
         self.replay.is_some()
     }
 
-    /// Whether the assembler is inside a transaction (between Begin and Commit).
+    /// Whether the assembler is inside a transaction (between Begin and Commit, or
+    /// Begin Prepare and Prepare).
     pub fn in_transaction(&self) -> bool {
-        self.tx.is_some()
+        self.tx.is_some() || self.prepared.is_preparing()
     }
 
     /// Processes one XLogData payload, appending events to `out`. Returns the end LSN of a
@@ -172,6 +198,9 @@ impl ChangeAssembler {
                 .map_err(spill_error)?;
             return Ok(None);
         }
+        if self.prepared.is_preparing() {
+            return self.process_preparing(message, &payload, out);
+        }
         match message {
             PgOutputMessage::Begin(begin) => {
                 if self.tx.is_some() {
@@ -200,21 +229,18 @@ impl ChangeAssembler {
                 Ok(Some(commit.end_lsn))
             }
             PgOutputMessage::StreamCommit(commit) => {
-                let entries = self.streams.take(commit.xid).map_err(spill_error)?;
-                let mut decoder = PgOutputDecoder::new(self.decoder.options());
-                enter_stream(&mut decoder, commit.xid)?;
-                self.tx = Some(TxState {
-                    commit_lsn: commit.commit_lsn,
-                    commit_time_micros: commit.commit_timestamp,
-                    xid: commit.xid,
-                    changes: 0,
-                    begin_emitted: false,
-                });
-                self.replay = Some(ReplayState {
-                    entries,
-                    decoder,
-                    end_lsn: commit.end_lsn,
-                });
+                self.start_release(
+                    TxState {
+                        commit_lsn: commit.commit_lsn,
+                        commit_time_micros: commit.commit_timestamp,
+                        xid: commit.xid,
+                        changes: 0,
+                        begin_emitted: false,
+                    },
+                    commit.end_lsn,
+                    true,
+                    Vec::new(),
+                )?;
                 Ok(None)
             }
             PgOutputMessage::StreamAbort(abort) => {
@@ -228,16 +254,139 @@ impl ChangeAssembler {
                 Ok(None)
             }
             PgOutputMessage::StreamStart(_) | PgOutputMessage::StreamStop => Ok(None),
-            PgOutputMessage::BeginPrepare(_)
-            | PgOutputMessage::Prepare(_)
-            | PgOutputMessage::CommitPrepared(_)
-            | PgOutputMessage::RollbackPrepared(_)
-            | PgOutputMessage::StreamPrepare(_) => Err(Error::config(
-                "the server sent two-phase commit messages, which this version does not deliver; \
-                 start replication without the two_phase option",
-            )),
+            PgOutputMessage::BeginPrepare(begin) => {
+                if self.tx.is_some() {
+                    return Err(Error::protocol("Begin Prepare inside a transaction"));
+                }
+                self.prepared
+                    .begin(begin.xid, begin.prepare_lsn)
+                    .map_err(Error::protocol)?;
+                Ok(None)
+            }
+            PgOutputMessage::Prepare(prepare) => Err(Error::protocol(format!(
+                "Prepare of transaction {} without Begin Prepare",
+                prepare.xid
+            ))),
+            PgOutputMessage::StreamPrepare(prepare) => {
+                // The stream's messages stay buffered until COMMIT PREPARED.
+                self.prepared
+                    .prepare_streamed(prepare.xid, prepare.prepare_lsn);
+                Ok(None)
+            }
+            PgOutputMessage::CommitPrepared(commit) => {
+                let Some(prepared) = self.prepared.finish(commit.xid) else {
+                    return Err(Error::resync_required(format!(
+                        "the server sent COMMIT PREPARED of transaction {} ({:?}) whose PREPARE this session did not receive: \
+                         the slot was confirmed past the PREPARE without the transaction's changes reaching the sink \
+                         (another consumer of the slot, or two-phase decoding switched on mid-stream by hand). Start over with a new snapshot",
+                        commit.xid, commit.gid
+                    )));
+                };
+                self.start_release(
+                    TxState {
+                        commit_lsn: commit.commit_lsn,
+                        commit_time_micros: commit.commit_timestamp,
+                        xid: commit.xid,
+                        changes: 0,
+                        begin_emitted: false,
+                    },
+                    commit.end_lsn,
+                    prepared.streamed,
+                    prepared.schema_changes,
+                )?;
+                Ok(None)
+            }
+            PgOutputMessage::RollbackPrepared(rollback) => {
+                // Nothing of it is delivered. A transaction prepared before two-phase
+                // decoding was switched on is rolled back without having been sent.
+                self.prepared.finish(rollback.xid);
+                self.streams.abort(rollback.xid);
+                Ok(Some(rollback.rollback_end_lsn))
+            }
             other => self.apply(other, out).map(|()| None),
         }
+    }
+
+    /// A message between Begin Prepare and Prepare: data messages are kept until COMMIT
+    /// PREPARED; Relation and Type messages are registered now (pgoutput does not send
+    /// them again to later transactions), a schema change held for delivery inside the
+    /// transaction.
+    fn process_preparing(
+        &mut self,
+        message: PgOutputMessage<TupleRef<'_>>,
+        payload: &[u8],
+        out: &mut Vec<ChangeEvent>,
+    ) -> Result<Option<Lsn>, Error> {
+        let Some(preparing) = self.prepared.preparing_mut() else {
+            return Err(Error::protocol("internal: no transaction being prepared"));
+        };
+        let xid = preparing.xid;
+        match message {
+            PgOutputMessage::Prepare(prepare) => {
+                self.prepared
+                    .prepare(prepare.xid, prepare.prepare_lsn)
+                    .map_err(Error::protocol)?;
+                Ok(None)
+            }
+            PgOutputMessage::Relation(relation) => {
+                let before_change = preparing.changes + 1;
+                if let RelationUpdate::Changed { old, new } = self.relations.register(&relation)?
+                    && let Some(preparing) = self.prepared.preparing_mut()
+                {
+                    preparing.schema_changes.push(HeldSchemaChange {
+                        before_change,
+                        old,
+                        new,
+                    });
+                }
+                Ok(None)
+            }
+            PgOutputMessage::Type(_) | PgOutputMessage::Origin(_) => {
+                self.apply(message, out)?;
+                Ok(None)
+            }
+            PgOutputMessage::Message(ref m) if !m.is_transactional() => {
+                self.apply(message, out)?;
+                Ok(None)
+            }
+            PgOutputMessage::Insert(_)
+            | PgOutputMessage::Update(_)
+            | PgOutputMessage::Delete(_)
+            | PgOutputMessage::Truncate(_)
+            | PgOutputMessage::Message(_) => {
+                preparing.changes += 1;
+                self.streams.push(xid, xid, payload).map_err(spill_error)?;
+                Ok(None)
+            }
+            other => Err(Error::protocol(format!(
+                "unexpected message while transaction {xid} is being prepared: {other:?}"
+            ))),
+        }
+    }
+
+    /// Starts releasing a buffered transaction (streamed, prepared, or both) that
+    /// committed: [`ChangeAssembler::continue_replay`] delivers it.
+    fn start_release(
+        &mut self,
+        tx: TxState,
+        end_lsn: Lsn,
+        streamed: bool,
+        schema_changes: Vec<HeldSchemaChange>,
+    ) -> Result<(), Error> {
+        let entries = self.streams.take(tx.xid).map_err(spill_error)?;
+        let mut decoder = PgOutputDecoder::new(self.decoder.options());
+        if streamed {
+            // Buffered stream messages carry xids: decode them as inside a stream.
+            enter_stream(&mut decoder, tx.xid)?;
+        }
+        self.tx = Some(tx);
+        self.replay = Some(ReplayState {
+            entries,
+            decoder,
+            end_lsn,
+            schema_changes: schema_changes.into(),
+        });
+        Ok(())
     }
 
     /// Releases up to `max_events` more events of a committed streamed transaction.
@@ -258,11 +407,18 @@ impl ChangeAssembler {
                     let message = replay.decoder.decode_borrowed(&entry).map_err(|e| {
                         Error::protocol(format!("cannot decode buffered stream message: {e}"))
                     })?;
+                    if is_change(&message) {
+                        let next = self.tx.as_ref().map_or(1, |tx| tx.changes + 1);
+                        self.release_schema_changes(Some(next), out)?;
+                    }
                     self.apply(message, out)?;
                 }
                 None => {
+                    self.release_schema_changes(None, out)?;
+                    let Some(replay) = self.replay.take() else {
+                        return Err(Error::protocol("internal: replay ended twice"));
+                    };
                     let end_lsn = replay.end_lsn;
-                    self.replay = None;
                     let Some(tx) = self.tx.take() else {
                         return Err(Error::protocol("internal: replay without a transaction"));
                     };
@@ -443,6 +599,41 @@ impl ChangeAssembler {
         }
     }
 
+    /// Emits the held schema changes of the transaction being released that precede its
+    /// change `before` (all that are left when `None`), each just before that change.
+    fn release_schema_changes(
+        &mut self,
+        before: Option<u64>,
+        out: &mut Vec<ChangeEvent>,
+    ) -> Result<(), Error> {
+        loop {
+            let Some(replay) = self.replay.as_mut() else {
+                return Ok(());
+            };
+            let due = replay
+                .schema_changes
+                .front()
+                .is_some_and(|c| before.is_none_or(|b| c.before_change <= b));
+            if !due {
+                return Ok(());
+            }
+            let Some(change) = replay.schema_changes.pop_front() else {
+                return Ok(());
+            };
+            let tx = self.tx_mut("schema change")?;
+            let ordinal = 2 * (tx.changes + 1) - 1;
+            emit(
+                tx,
+                out,
+                ordinal,
+                EventKind::SchemaChange {
+                    old: Some(change.old),
+                    new: change.new,
+                },
+            );
+        }
+    }
+
     fn tx_mut(&mut self, what: &str) -> Result<&mut TxState, Error> {
         self.tx
             .as_mut()
@@ -477,6 +668,18 @@ fn lookup<'r>(
         )));
     };
     Ok(rel.schema.as_ref().map(|s| (s, rel)))
+}
+
+/// Whether `message` is one of a transaction's changes (what ordinals count).
+fn is_change<T>(message: &PgOutputMessage<T>) -> bool {
+    match message {
+        PgOutputMessage::Insert(_)
+        | PgOutputMessage::Update(_)
+        | PgOutputMessage::Delete(_)
+        | PgOutputMessage::Truncate(_) => true,
+        PgOutputMessage::Message(m) => m.is_transactional(),
+        _ => false,
+    }
 }
 
 /// For a message inside an open stream: `None` if it is not buffered (Stream Start,

@@ -27,6 +27,8 @@ pub struct TableCatalogInfo {
     pub not_null: HashSet<String>,
     /// Primary key columns in key order (empty without a primary key).
     pub primary_key: Vec<String>,
+    /// Stored generated columns (the Relation message does not mark them).
+    pub generated: HashSet<String>,
 }
 
 /// Which tables the stream delivers, and under which name.
@@ -194,6 +196,7 @@ impl RelationCache {
                     },
                     nullable: catalog.is_none_or(|info| !info.not_null.contains(&c.name)),
                     part_of_key: c.is_key(),
+                    generated: catalog.is_some_and(|info| info.generated.contains(&c.name)),
                 })
                 .collect(),
             replica_identity: relation.replica_identity,
@@ -232,13 +235,14 @@ impl RelationCache {
 }
 
 /// Differences that change how rows must be read (ignoring the relation id, which differs
-/// between partitions of one root, and nullability/primary key, which the Relation message
-/// does not carry).
+/// between partitions of one root, and nullability, primary key and generated columns,
+/// which the Relation message does not carry).
 fn layout_differences(old: &TableSchema, new: &TableSchema) -> Vec<String> {
     let mut comparable = new.clone();
     comparable.relation_id = old.relation_id;
     for (col, old_col) in comparable.columns.iter_mut().zip(old.columns.iter()) {
         col.nullable = old_col.nullable;
+        col.generated = old_col.generated;
         col.column_type.name = old_col.column_type.name.clone();
     }
     comparable.primary_key = old.primary_key.clone();

@@ -373,6 +373,48 @@ impl<'de> Deserialize<'de> for TableRef {
     }
 }
 
+/// pgoutput's `streaming` option: whether the server sends a transaction larger than its
+/// `logical_decoding_work_mem` while it is still in progress (the client buffers it, in
+/// memory up to a limit and then in a temporary file, and delivers it at commit; an
+/// aborted one is dropped) instead of spilling it to disk itself and sending it at commit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Streaming {
+    /// The best the server offers (default): `Parallel` on PostgreSQL 16+, `On` on 14 and
+    /// 15, `Off` before.
+    #[default]
+    Auto,
+    /// Large transactions arrive only once committed; the server spills them to its own
+    /// disk meanwhile.
+    Off,
+    /// Large in-progress transactions are streamed (PostgreSQL 14+, protocol 2).
+    On,
+    /// Like `On`, with protocol 4 (PostgreSQL 16+): aborts also carry their LSN and time.
+    Parallel,
+}
+
+impl Streaming {
+    /// What `Auto` means on a server of `server_version_num`; the other choices as they are.
+    pub fn resolve(self, server_version_num: u32) -> Streaming {
+        match self {
+            Streaming::Auto if server_version_num >= 160000 => Streaming::Parallel,
+            Streaming::Auto if server_version_num >= 140000 => Streaming::On,
+            Streaming::Auto => Streaming::Off,
+            other => other,
+        }
+    }
+
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Streaming::Auto => "auto",
+            Streaming::Off => "off",
+            Streaming::On => "on",
+            Streaming::Parallel => "parallel",
+        }
+    }
+}
+
 /// What happens before streaming when the slot is new.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -424,6 +466,14 @@ pub struct SourceConfig {
     pub commit_mode: CommitMode,
     /// Limits that end a batch.
     pub batch: BatchLimits,
+    /// Streaming of large in-progress transactions (default: the best the server offers).
+    pub streaming: Streaming,
+    /// Decode prepared transactions at `PREPARE TRANSACTION` (PostgreSQL 15+; default
+    /// off). They are still delivered once, at `COMMIT PREPARED`, in commit order; the
+    /// slot is created with two-phase enabled (an existing one is switched on at start).
+    /// While a prepared transaction is open the slot is confirmed no further than its
+    /// PREPARE, so a restart receives it again.
+    pub two_phase: bool,
 }
 
 impl SourceConfig {
@@ -442,6 +492,8 @@ impl SourceConfig {
             snapshot: SnapshotMode::default(),
             commit_mode: CommitMode::default(),
             batch: BatchLimits::default(),
+            streaming: Streaming::default(),
+            two_phase: false,
         };
         config.validate()?;
         Ok(config)

@@ -33,7 +33,7 @@ use std::time::Duration;
 use cdc_core::{BatchLimits, CommitMode, Error};
 use serde::Deserialize;
 
-use super::config::{PemSource, SnapshotMode, SourceConfig, SslMode, TableRef};
+use super::config::{PemSource, SnapshotMode, SourceConfig, SslMode, Streaming, TableRef};
 use super::conninfo;
 use super::secret::Secret;
 
@@ -105,6 +105,14 @@ pub struct SourceConfigJson {
     /// Batch limit: milliseconds the first event waits (default 100).
     #[serde(default)]
     pub max_batch_latency_ms: Option<u64>,
+    /// Streaming of large in-progress transactions: `auto` (default: `parallel` on
+    /// PostgreSQL 16+, `on` on 14 and 15), `off`, `on` or `parallel`.
+    #[serde(default)]
+    pub streaming: Streaming,
+    /// Decode prepared transactions at PREPARE (PostgreSQL 15+); they are delivered at
+    /// COMMIT PREPARED either way (default false).
+    #[serde(default)]
+    pub two_phase: bool,
 }
 
 fn parse_commit_mode(text: &str) -> Result<CommitMode, Error> {
@@ -219,6 +227,8 @@ impl TryFrom<SourceConfigJson> for SourceConfig {
                 .as_deref()
                 .map_or(Ok(CommitMode::default()), parse_commit_mode)?,
             batch,
+            streaming: json.streaming,
+            two_phase: json.two_phase,
         };
         config.validate()?;
         Ok(config)
@@ -272,6 +282,8 @@ mod tests {
         assert_eq!(config.connection.tls.mode, SslMode::Prefer);
         assert_eq!(config.snapshot, SnapshotMode::Initial);
         assert_eq!(config.commit_mode, CommitMode::Checkpoint);
+        assert_eq!(config.streaming, Streaming::Auto);
+        assert!(!config.two_phase);
         assert!(config.slot_name().starts_with("pgcdc_"));
     }
 
@@ -408,8 +420,12 @@ mod tests {
             "commit_mode": "completion",
             "max_batch_events": 10,
             "max_batch_latency_ms": 5,
+            "streaming": "on",
+            "two_phase": true,
         }))
         .unwrap();
+        assert_eq!(config.streaming, Streaming::On);
+        assert!(config.two_phase);
         assert_eq!(config.tables.len(), 2);
         assert_eq!(config.slot_name(), "shop_slot");
         assert_eq!(config.snapshot, SnapshotMode::Never);
@@ -426,6 +442,8 @@ mod tests {
             json!({"uri": "postgres://u@db/s", "publication": "p", "sourcetable": "public.t"}),
             json!({"uri": "postgres://u@db/s", "publication": "p", "commit_mode": "fast"}),
             json!({"uri": "postgres://u@db/s", "publication": "p", "snapshot": "sometimes"}),
+            json!({"uri": "postgres://u@db/s", "publication": "p", "streaming": "yes"}),
+            json!({"uri": "postgres://u@db/s", "publication": "p", "two_phase": "true"}),
             json!({"uri": "postgres://u@db/s", "publication": "p", "slot": "Bad-Slot"}),
             json!({"uri": "postgres://u@db/s?bogus=1", "publication": "p"}),
             json!({"uri": "postgres://u@db/s", "publication": ""}),

@@ -9,6 +9,7 @@ use std::time::Duration;
 use cdc_core::{Error, Lsn, Result, SourceIdentity};
 
 use super::config::ConnectionConfig;
+pub use super::config::Streaming;
 use super::config::validate_slot_name;
 use super::error::Activity;
 use super::stream::{ReplicationStream, StreamOptions};
@@ -95,18 +96,6 @@ pub struct ReadSlot {
     pub restart_tli: Option<u32>,
 }
 
-/// pgoutput's `streaming` option.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Streaming {
-    /// Large transactions arrive only once committed (default).
-    #[default]
-    Off,
-    /// Large in-progress transactions are streamed (PostgreSQL 14+, protocol 2).
-    On,
-    /// Like `On`, for parallel apply (PostgreSQL 16+, protocol 4).
-    Parallel,
-}
-
 /// The pgoutput plugin options of `START_REPLICATION`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PgOutputOptions {
@@ -154,8 +143,8 @@ impl PgOutputOptions {
             need("logical decoding messages", 140000)?;
         }
         let mut version = 1;
-        match self.streaming {
-            Streaming::Off => {}
+        match self.streaming.resolve(server_version_num) {
+            Streaming::Off | Streaming::Auto => {}
             Streaming::On => {
                 need("streaming of in-progress transactions", 140000)?;
                 version = version.max(2);
@@ -195,8 +184,8 @@ impl PgOutputOptions {
         if self.messages {
             options.push("\"messages\" 'true'".to_owned());
         }
-        match self.streaming {
-            Streaming::Off => {}
+        match self.streaming.resolve(server_version_num) {
+            Streaming::Off | Streaming::Auto => {}
             Streaming::On => options.push("\"streaming\" 'on'".to_owned()),
             Streaming::Parallel => options.push("\"streaming\" 'parallel'".to_owned()),
         }
@@ -571,7 +560,8 @@ mod tests {
 
     #[test]
     fn publication_names_are_quoted_identifiers_inside_a_literal() {
-        let options = PgOutputOptions::new(["orders_pub", "Mixed Case", "it's \"q\""]);
+        let mut options = PgOutputOptions::new(["orders_pub", "Mixed Case", "it's \"q\""]);
+        options.streaming = Streaming::Off;
         let clause = options.to_options_clause(150000).unwrap();
         assert_eq!(
             clause,
@@ -582,6 +572,31 @@ mod tests {
     #[test]
     fn protocol_version_is_the_lowest_that_carries_the_features() {
         let mut options = PgOutputOptions::new(["p"]);
+        // Default (auto): the best streaming the server has.
+        assert_eq!(options.protocol_version(100000).unwrap(), 1);
+        assert_eq!(options.protocol_version(140000).unwrap(), 2);
+        assert_eq!(options.protocol_version(150000).unwrap(), 2);
+        assert_eq!(options.protocol_version(160000).unwrap(), 4);
+        assert_eq!(options.protocol_version(180000).unwrap(), 4);
+        assert!(
+            options
+                .to_options_clause(160000)
+                .unwrap()
+                .contains("\"streaming\" 'parallel'")
+        );
+        assert!(
+            options
+                .to_options_clause(150000)
+                .unwrap()
+                .contains("\"streaming\" 'on'")
+        );
+        assert!(
+            !options
+                .to_options_clause(130000)
+                .unwrap()
+                .contains("streaming")
+        );
+        options.streaming = Streaming::Off;
         assert_eq!(options.protocol_version(100000).unwrap(), 1);
         assert_eq!(options.protocol_version(170000).unwrap(), 1);
         options.streaming = Streaming::On;
@@ -600,6 +615,7 @@ mod tests {
         let mut binary = PgOutputOptions::new(["p"]);
         binary.binary = true;
         binary.messages = true;
+        binary.streaming = Streaming::Off;
         assert_eq!(binary.protocol_version(140000).unwrap(), 1);
         assert!(binary.protocol_version(130000).is_err());
         let clause = binary.to_options_clause(160000).unwrap();

@@ -34,6 +34,8 @@ pub struct SlotInfo {
     pub conflicting: Option<bool>,
     /// Why the slot was invalidated (PostgreSQL 17+).
     pub invalidation_reason: Option<String>,
+    /// Whether prepared transactions are decoded at PREPARE (PostgreSQL 14+).
+    pub two_phase: Option<bool>,
 }
 
 /// What is wrong with the replication slot. Each variant is a distinct error with its own
@@ -105,7 +107,8 @@ impl SlotProblem {
                 "replication slot {slot:?} does not exist, but the saved position belongs to it: it was dropped, so changes since may be gone"
             ),
             SlotProblem::Invalidated { slot, reason } => format!(
-                "replication slot {slot:?} is invalidated ({reason}): the WAL it needed is gone and it can no longer stream"
+                "replication slot {slot:?} is invalidated ({reason}): {}; it can no longer stream",
+                invalidation_cause(reason)
             ),
             SlotProblem::Active { slot, pid } => {
                 format!("replication slot {slot:?} is in use by another connection (process {pid})")
@@ -138,9 +141,10 @@ impl SlotProblem {
             SlotProblem::Missing { .. } => {
                 "start over with a new snapshot: discard the saved position (resume token) so a new slot is created".to_owned()
             }
-            SlotProblem::Invalidated { slot, .. } => format!(
-                "{}; to prevent it, raise max_slot_wal_keep_size or keep the consumer running",
-                drop_and_resync(slot)
+            SlotProblem::Invalidated { slot, reason } => format!(
+                "{}; to prevent it, {}",
+                drop_and_resync(slot),
+                invalidation_prevention(reason)
             ),
             SlotProblem::Active { pid, .. } => format!(
                 "stop the other consumer (SELECT pg_terminate_backend({pid}) if it is a stale connection); a previous connection of ours goes away within wal_sender_timeout"
@@ -187,9 +191,14 @@ pub async fn inspect_slot(client: &Client, slot: &str) -> Result<Option<SlotInfo
     } else {
         "NULL::text"
     };
+    let two_phase = if version >= 140000 {
+        "two_phase"
+    } else {
+        "NULL::bool"
+    };
     let sql = format!(
         "SELECT slot_name::text, plugin::text, slot_type, database::text, temporary, active_pid, \
-         {wal_status}, restart_lsn::text, confirmed_flush_lsn::text, {conflicting}, {reason} \
+         {wal_status}, restart_lsn::text, confirmed_flush_lsn::text, {conflicting}, {reason}, {two_phase} \
          FROM pg_replication_slots WHERE slot_name::text = $1::text"
     );
     let Some(row) = client.query_opt(&sql, &[&slot]).await.map_err(sql_error)? else {
@@ -215,6 +224,7 @@ pub async fn inspect_slot(client: &Client, slot: &str) -> Result<Option<SlotInfo
         confirmed_flush_lsn: lsn(row.try_get(8).map_err(sql_error)?)?,
         conflicting: row.try_get(9).map_err(sql_error)?,
         invalidation_reason: row.try_get(10).map_err(sql_error)?,
+        two_phase: row.try_get(11).map_err(sql_error)?,
     }))
 }
 
@@ -277,6 +287,35 @@ pub fn slot_problems(
     problems
 }
 
+/// What an invalidation reason (`pg_replication_slots.invalidation_reason`, PostgreSQL
+/// 17+, or what older columns imply) means.
+fn invalidation_cause(reason: &str) -> &'static str {
+    match reason {
+        "idle_timeout" => {
+            "it was inactive longer than the server's idle_replication_slot_timeout (PostgreSQL 18+), so the server gave up the WAL it held"
+        }
+        "rows_removed" | "conflicts with recovery" => {
+            "the catalog rows it needed were removed (a recovery conflict on a standby, or hot_standby_feedback off)"
+        }
+        "wal_level_insufficient" => "the primary's wal_level is no longer logical",
+        _ => "the WAL it needed was removed (max_slot_wal_keep_size exceeded)",
+    }
+}
+
+/// How to keep an invalidation of this kind from happening again.
+fn invalidation_prevention(reason: &str) -> &'static str {
+    match reason {
+        "idle_timeout" => {
+            "keep the consumer running, or raise (or set to 0) idle_replication_slot_timeout"
+        }
+        "rows_removed" | "conflicts with recovery" => {
+            "on a standby, use a physical slot between the servers with hot_standby_feedback = on"
+        }
+        "wal_level_insufficient" => "keep wal_level = logical on the primary",
+        _ => "raise max_slot_wal_keep_size (or set it to -1) or keep the consumer running",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,6 +333,7 @@ mod tests {
             confirmed_flush_lsn: Some(Lsn(2)),
             conflicting: None,
             invalidation_reason: None,
+            two_phase: Some(false),
         }
     }
 
@@ -365,5 +405,38 @@ mod tests {
         assert!(
             matches!(&problems(Some(&pg17), true)[..], [SlotProblem::Invalidated { reason, .. }] if reason == "wal_removed")
         );
+    }
+
+    #[test]
+    fn each_invalidation_reason_has_its_own_cause_and_fix() {
+        let text = |reason: &str| {
+            SlotProblem::Invalidated {
+                slot: "s".into(),
+                reason: reason.into(),
+            }
+            .to_error()
+            .to_string()
+        };
+        let idle = text("idle_timeout");
+        assert!(
+            idle.contains("idle_replication_slot_timeout") && idle.contains("inactive"),
+            "{idle}"
+        );
+        assert!(!idle.contains("max_slot_wal_keep_size"), "{idle}");
+        let wal = text("wal_removed");
+        assert!(wal.contains("max_slot_wal_keep_size"), "{wal}");
+        assert!(text("rows_removed").contains("hot_standby_feedback"));
+        assert!(text("wal_level_insufficient").contains("wal_level"));
+        for reason in [
+            "idle_timeout",
+            "wal_removed",
+            "rows_removed",
+            "wal_level_insufficient",
+        ] {
+            assert!(
+                text(reason).contains("pg_drop_replication_slot"),
+                "{reason}"
+            );
+        }
     }
 }

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use cdc_core::{
-    ChangeBatch, ChangeEvent, ConfirmHandle, Error, ErrorKind, Lsn, Position, Result, ResumeToken,
-    Source, SourceIdentity,
+    ChangeBatch, ChangeEvent, ConfirmHandle, Error, ErrorKind, EventKind, Lsn, Position, Result,
+    ResumeToken, Source, SourceIdentity,
 };
 
 pub use options::{PgSourceOptions, ReconnectPolicy};
@@ -76,8 +76,12 @@ pub struct PgSource {
     /// What the batches handed out cover (for tokens).
     covered_position: Option<Position>,
     covered_end: Option<Lsn>,
-    /// Highest keepalive WAL end seen outside a transaction: idle progress.
+    /// Highest keepalive WAL end seen outside a transaction: idle progress (no further
+    /// than a waiting prepared transaction's PREPARE).
     idle_wal_end: Lsn,
+    /// How far the stream has passed (ends and idle keepalives, not held back by
+    /// prepared transactions): where `end_lsn` is compared.
+    stream_passed: Lsn,
     last_progress_batch: Option<Instant>,
     confirmed: Lsn,
     /// Where the pipeline reports what may be confirmed.
@@ -124,6 +128,7 @@ impl PgSource {
             covered_position: None,
             covered_end: None,
             idle_wal_end: Lsn::ZERO,
+            stream_passed: Lsn::ZERO,
             last_progress_batch: None,
             confirmed: Lsn::ZERO,
             confirm: ConfirmHandle::default(),
@@ -161,10 +166,11 @@ impl PgSource {
 
     fn assembler_config(&self, version: ProtocolVersion) -> AssemblerConfig {
         AssemblerConfig {
-            decoder: DecoderOptions::new(version).with_parallel_streaming(matches!(
-                self.options.streaming,
-                crate::conn::Streaming::Parallel
-            )),
+            decoder: DecoderOptions::new(version).with_parallel_streaming(
+                self.pgoutput
+                    .as_ref()
+                    .is_some_and(|p| p.streaming == crate::conn::Streaming::Parallel),
+            ),
             routing: start::routing(&self.tables),
             schema_policy: self.options.schema_policy,
             messages: self.options.messages.clone(),
@@ -190,7 +196,19 @@ impl PgSource {
                     if self.building.is_empty() {
                         self.building_since = Some(Instant::now());
                     }
+                    let is_commit = matches!(event.kind, EventKind::Commit(_));
+                    let end_before = self.building.commit_end;
                     self.building.push(event);
+                    if is_commit {
+                        // How far the batch lets the slot be confirmed is the transaction's
+                        // end as the stream put it right after the Commit (held back while
+                        // a prepared transaction waits), not the Commit's own end LSN.
+                        self.building.commit_end = end_before;
+                        if let Some(&Pending::End(lsn)) = self.pending.front() {
+                            self.pending.pop_front();
+                            self.building.commit_end = self.building.commit_end.max(Some(lsn));
+                        }
+                    }
                 }
             }
             if self.building.len() >= limits.max_events
@@ -234,6 +252,7 @@ impl PgSource {
                 .or(self.covered_end)
                 .is_some_and(|c| c >= end)
                 || self.idle_wal_end >= end
+                || self.stream_passed >= end
                 // Already confirmed at or past the end when the stream started.
                 || (self.confirmed >= end && self.pending.is_empty() && self.inbox.is_empty())
         })
@@ -259,16 +278,19 @@ impl PgSource {
         match message {
             ServerMessage::XLogData(data) => {
                 let end = assembler.process(data.data, &mut self.scratch)?;
+                let hold = assembler.confirm_hold();
                 self.queue_scratch()?;
                 if let Some(end) = end {
-                    self.pending.push_back(Pending::End(end));
+                    self.push_end(end, hold);
                 }
             }
             ServerMessage::PrimaryKeepalive(keepalive) => {
                 // The WAL end a keepalive reports has been decoded and sent: with no
                 // transaction open, nothing before it is still coming.
                 if !assembler.in_transaction() && !assembler.replaying() {
-                    self.idle_wal_end = self.idle_wal_end.max(keepalive.wal_end);
+                    self.stream_passed = self.stream_passed.max(keepalive.wal_end);
+                    let held = held_back(keepalive.wal_end, assembler.confirm_hold());
+                    self.idle_wal_end = self.idle_wal_end.max(held);
                     if let Some(backfill) = self.backfill.as_mut() {
                         backfill.progress(keepalive.wal_end);
                     }
@@ -314,11 +336,20 @@ impl PgSource {
         }
         let end =
             assembler.continue_replay(&mut self.scratch, self.options.config.batch.max_events)?;
+        let hold = assembler.confirm_hold();
         self.queue_scratch()?;
         if let Some(end) = end {
-            self.pending.push_back(Pending::End(end));
+            self.push_end(end, hold);
         }
         Ok(true)
+    }
+
+    /// A transaction ended at `end`: tokens may cover up to there, but no further than
+    /// `hold` (the earliest PREPARE of a prepared transaction still waiting, which the
+    /// server sends again only to a session starting at or before it).
+    fn push_end(&mut self, end: Lsn, hold: Option<Lsn>) {
+        self.stream_passed = self.stream_passed.max(end);
+        self.pending.push_back(Pending::End(held_back(end, hold)));
     }
 
     async fn reconnect(&mut self, cause: Error) -> Result<()> {
@@ -406,6 +437,11 @@ impl PgSource {
         self.stream = Some(stream);
         Ok(())
     }
+}
+
+/// `lsn`, but no further than `hold`.
+fn held_back(lsn: Lsn, hold: Option<Lsn>) -> Lsn {
+    hold.map_or(lsn, |hold| lsn.min(hold))
 }
 
 #[async_trait]

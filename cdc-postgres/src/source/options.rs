@@ -4,28 +4,27 @@ use std::time::Duration;
 
 use cdc_core::Lsn;
 
-use crate::conn::{SourceConfig, StreamOptions, Streaming};
+use crate::conn::{SourceConfig, StreamOptions};
 use cdc_pgoutput::changes::{MessageFilter, SchemaChangePolicy};
 
 /// How a [`super::PgSource`] reads: the source configuration plus decoding, snapshot and
 /// reconnect settings, each with a default a serious deployment can keep.
 #[derive(Clone, Debug)]
 pub struct PgSourceOptions {
-    /// Server, publication, tables, slot, snapshot mode and batch limits.
+    /// Server, publication, tables, slot, snapshot mode, batch limits, streaming of large
+    /// transactions and two-phase decoding.
     pub config: SourceConfig,
     /// What a mid-stream schema change does (default: fail before any row under the new
     /// schema).
     pub schema_policy: SchemaChangePolicy,
     /// Logical decoding messages to deliver (default: none).
     pub messages: MessageFilter,
-    /// Streaming of large in-progress transactions (protocol v2, opt-in). Off: a large
-    /// transaction's events still flow out in bounded batches as they arrive.
-    pub streaming: Streaming,
     /// Ask for binary tuple values (PostgreSQL 14+; default on). Used only when every
     /// configured column's type decodes from binary; otherwise the session uses text, so
     /// types without a dedicated `Value` variant keep their exact Postgres text.
     pub binary: bool,
-    /// Memory for buffered in-progress streamed transactions before they spill to disk
+    /// Memory for buffered in-progress streamed transactions (and, with two-phase
+    /// decoding, prepared transactions awaiting COMMIT PREPARED) before they spill to disk
     /// (default 32 MiB). Counts the bytes held, to within one partly filled 64 KiB block
     /// per transaction and under 2% of the rest.
     /// A committed transaction that spilled is released entirely from its file, so the
@@ -67,7 +66,6 @@ impl PgSourceOptions {
             config,
             schema_policy: SchemaChangePolicy::Fail,
             messages: MessageFilter::Off,
-            streaming: Streaming::Off,
             binary: true,
             stream_memory_limit: 32 << 20,
             snapshot_workers: 2,

@@ -62,7 +62,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
         config.qualified_tables()?
     };
     let mut types = TypeRegistry::new();
-    let tables = catalog::load_tables(&sql, &table_names, &mut types).await?;
+    let tables = catalog::load_tables(&sql, &config.publication, &table_names, &mut types).await?;
     source.tables = Arc::new(tables);
 
     let mut repl = ReplicationConnection::connect(&config.connection).await?;
@@ -91,7 +91,22 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
         return Ok(token.commit_end.unwrap_or(Lsn::ZERO));
     }
 
-    let streaming = source.options.streaming;
+    let streaming = config.streaming.resolve(source.server_version);
+    // A slot that decodes prepared transactions at PREPARE sends Begin Prepare ... even to
+    // a session that did not ask (PostgreSQL keeps two-phase on once a slot has it): such a
+    // session needs the protocol that carries them.
+    let slot_two_phase = source.server_version >= 150000
+        && report
+            .slot
+            .as_ref()
+            .is_some_and(|s| s.two_phase == Some(true));
+    if slot_two_phase && !config.two_phase {
+        tracing::info!(
+            slot = %source.slot,
+            "the slot decodes prepared transactions at PREPARE (two_phase); decoding them so"
+        );
+    }
+    let two_phase = config.two_phase || slot_two_phase;
     let pgoutput = PgOutputOptions {
         publication_names: vec![config.publication.clone()],
         // Binary only when every column decodes from it: types kept as `Value::Other`
@@ -101,7 +116,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
             && source.tables.iter().all(CatalogTable::binary_safe),
         messages: source.options.messages != cdc_pgoutput::changes::MessageFilter::Off,
         streaming,
-        two_phase: false,
+        two_phase,
     };
     let version_number = pgoutput.protocol_version(source.server_version)?;
     let version = ProtocolVersion::from_number(version_number).unwrap_or(ProtocolVersion::V1);
@@ -205,7 +220,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                     CreateSlotOptions {
                         temporary: false,
                         snapshot: SnapshotAction::NoExport,
-                        two_phase: false,
+                        two_phase: source.pgoutput.as_ref().is_some_and(|p| p.two_phase),
                     },
                 )
                 .await?;
@@ -273,7 +288,7 @@ pub(super) async fn begin_snapshot(
         CreateSlotOptions {
             temporary,
             snapshot: SnapshotAction::Export,
-            two_phase: false,
+            two_phase: source.pgoutput.as_ref().is_some_and(|p| p.two_phase),
         },
     )
     .await?;

@@ -34,6 +34,7 @@ fn schema(
                 },
                 nullable: !key,
                 part_of_key: *key,
+                generated: false,
             })
             .collect(),
         replica_identity: identity,

@@ -1,7 +1,8 @@
 //! Large transaction memory: one transaction of `--rows` inserts consumed by the library,
-//! protocol v1 (the transaction arrives after its commit) and streaming mode
-//! (`Streaming::On`, in-progress transaction streamed; server setting
-//! `logical_decoding_work_mem = 64kB`). Each mode runs in its own child process, which
+//! protocol v1 (the transaction arrives after its commit) and streaming modes
+//! (`Streaming::On`, protocol v2, and on PostgreSQL 16+ `Streaming::Parallel`, protocol
+//! v4: the in-progress transaction is streamed; server setting
+//! `logical_decoding_work_mem = 64kB`; `PGCDC_BENCH_PG=17` picks the server version). Each mode runs in its own child process, which
 //! reports its peak RSS (`VmHWM`), so peaks never mix. `--consumer lib-count+opt=value…`
 //! passes per-consumer options as in `drain`: `+stream-memory=BYTES` for the buffer bound,
 //! `+heap-sample-ms=20` for the peak heap in use (a memory run: sampling costs CPU).
@@ -17,13 +18,29 @@ use crate::runner::{self, mib, secs};
 pub async fn run(args: &Args) -> Result<(), String> {
     let rows: u64 = args.value("rows", 1_000_000)?;
     let rounds: usize = args.value("rounds", 1)?;
-    let modes = [("v1", "off"), ("streaming", "on")];
-    eprintln!("bigtx: one transaction of {rows} inserts; {rounds} round(s) of v1 and streaming");
     let cluster = bench_cluster(&[("logical_decoding_work_mem", "64kB")]).await?;
+    let version = cluster
+        .server_version_num()
+        .await
+        .map_err(|e| e.to_string())?;
+    // v4 (parallel streaming) where the server has it.
+    let modes: &[(&str, &str)] = if version >= 160000 {
+        &[
+            ("v1", "off"),
+            ("v2-streaming", "on"),
+            ("v4-parallel", "parallel"),
+        ]
+    } else {
+        &[("v1", "off"), ("v2-streaming", "on")]
+    };
+    eprintln!(
+        "bigtx: one transaction of {rows} inserts on PostgreSQL {version}; {rounds} round(s) of {}",
+        modes.iter().map(|m| m.0).collect::<Vec<_>>().join(", ")
+    );
     create_table(&cluster).await?;
     let mut slots = Vec::new();
     for round in 0..rounds {
-        for (mode, streaming) in modes {
+        for &(mode, streaming) in modes {
             let slot = format!("bigtx_{round}_{mode}");
             create_slot(&cluster, &slot).await?;
             slots.push((round, mode, streaming, slot));

@@ -80,10 +80,16 @@ fn options(args: &Args) -> Result<PgSourceOptions, String> {
         "text" => false,
         other => return Err(format!("--format {other:?}: expected binary or text")),
     };
-    options.streaming = match args.get("streaming").unwrap_or("off") {
+    options.config.streaming = match args.get("streaming").unwrap_or("off") {
+        "auto" => Streaming::Auto,
         "off" => Streaming::Off,
         "on" => Streaming::On,
-        other => return Err(format!("--streaming {other:?}: expected off or on")),
+        "parallel" => Streaming::Parallel,
+        other => {
+            return Err(format!(
+                "--streaming {other:?}: expected auto, off, on or parallel"
+            ));
+        }
     };
     options.snapshot_only = args.flag("snapshot-only");
     options.snapshot_workers = args.value("workers", options.snapshot_workers)?;

@@ -89,8 +89,18 @@ impl Workload {
 
 /// A cluster tuned for bulk loading and many slots (settings are the same in every
 /// scenario so results compare).
+/// A cluster tuned for benchmarks: of major version `PGCDC_BENCH_PG` if set (fetched by the
+/// test kit like the tests' versions), else the distribution's.
 pub async fn bench_cluster(extra: &[(&str, &str)]) -> Result<Cluster, String> {
-    let mut builder = Cluster::builder()
+    let mut builder = Cluster::builder();
+    if let Ok(version) = std::env::var("PGCDC_BENCH_PG") {
+        let major: u32 = version
+            .trim()
+            .parse()
+            .map_err(|_| format!("PGCDC_BENCH_PG={version:?}: expected a major version"))?;
+        builder = builder.major(major);
+    }
+    let mut builder = builder
         .setting("shared_buffers", "256MB")
         .setting("max_wal_size", "8GB")
         .setting("checkpoint_timeout", "30min")
