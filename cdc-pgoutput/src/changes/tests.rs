@@ -419,3 +419,211 @@ fn streamed_transaction_with_aborted_subtransaction_spills_and_releases_in_order
     );
     assert_eq!(a.buffered_bytes(), 0);
 }
+
+// Two-phase transactions (protocol v3).
+
+fn begin_prepare(xid: u32, prepare_lsn: u64) -> PgOutputMessage {
+    PgOutputMessage::BeginPrepare(crate::protocol::pgoutput::BeginPrepare {
+        prepare_lsn: Lsn(prepare_lsn),
+        end_lsn: Lsn(prepare_lsn + 8),
+        prepare_timestamp: 40,
+        xid,
+        gid: format!("g{xid}"),
+    })
+}
+
+fn prepare_message(xid: u32, prepare_lsn: u64) -> crate::protocol::pgoutput::Prepare {
+    crate::protocol::pgoutput::Prepare {
+        flags: 0,
+        prepare_lsn: Lsn(prepare_lsn),
+        end_lsn: Lsn(prepare_lsn + 8),
+        prepare_timestamp: 40,
+        xid,
+        gid: format!("g{xid}"),
+    }
+}
+
+fn commit_prepared(xid: u32, commit_lsn: u64) -> PgOutputMessage {
+    PgOutputMessage::CommitPrepared(crate::protocol::pgoutput::CommitPrepared {
+        flags: 0,
+        commit_lsn: Lsn(commit_lsn),
+        end_lsn: Lsn(commit_lsn + 8),
+        commit_timestamp: 50,
+        xid,
+        gid: format!("g{xid}"),
+    })
+}
+
+fn rollback_prepared(xid: u32, prepare_lsn: u64, rollback_lsn: u64) -> PgOutputMessage {
+    PgOutputMessage::RollbackPrepared(crate::protocol::pgoutput::RollbackPrepared {
+        flags: 0,
+        prepare_end_lsn: Lsn(prepare_lsn + 8),
+        rollback_end_lsn: Lsn(rollback_lsn + 8),
+        prepare_timestamp: 40,
+        rollback_timestamp: 60,
+        xid,
+        gid: format!("g{xid}"),
+    })
+}
+
+fn inserted_ids(events: &[ChangeEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Insert { new, .. } => Some(format!("{:?}", new[0])),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_prepared_transaction_is_delivered_at_commit_prepared_and_holds_the_slot_meanwhile() {
+    let mut a = assembler(ProtocolVersion::V3, SchemaChangePolicy::Fail);
+    let (events, ends) = feed(
+        &mut a,
+        vec![
+            begin_prepare(9, 300),
+            relation(1, "t", &[("id", 23)], None),
+            insert(1, vec![text("1")], None),
+            insert(1, vec![text("2")], None),
+            PgOutputMessage::Prepare(prepare_message(9, 300)),
+        ],
+    );
+    assert!(events.is_empty() && ends.is_empty());
+    assert_eq!(a.confirm_hold(), Some(Lsn(300)));
+    assert!(!a.in_transaction());
+    assert_eq!(a.prepared_waiting(), 1);
+    // A later transaction uses the relation without a Relation message of its own
+    // (pgoutput sent it inside the prepared transaction).
+    let (events, ends) = feed(
+        &mut a,
+        vec![begin(400), insert(1, vec![text("3")], None), commit(400)],
+    );
+    assert_eq!(positions(&events), [(400, 0), (400, 2), (400, 4)]);
+    assert_eq!(ends, [Lsn(408)]);
+    assert_eq!(a.confirm_hold(), Some(Lsn(300)));
+    let (events, ends) = feed(&mut a, vec![commit_prepared(9, 500)]);
+    assert_eq!(positions(&events), [(500, 0), (500, 2), (500, 4), (500, 6)]);
+    assert_eq!(inserted_ids(&events).len(), 2);
+    assert!(matches!(
+        &events[3].kind,
+        EventKind::Commit(c) if c.end_lsn == Lsn(508) && c.commit_time_micros == 50
+    ));
+    assert_eq!(ends, [Lsn(508)]);
+    assert_eq!((a.confirm_hold(), a.prepared_waiting()), (None, 0));
+}
+
+#[test]
+fn rollback_prepared_delivers_nothing_and_releases_the_hold() {
+    let mut a = assembler(ProtocolVersion::V3, SchemaChangePolicy::Fail);
+    let (events, ends) = feed(
+        &mut a,
+        vec![
+            begin_prepare(9, 300),
+            relation(1, "t", &[("id", 23)], None),
+            insert(1, vec![text("1")], None),
+            PgOutputMessage::Prepare(prepare_message(9, 300)),
+            begin_prepare(10, 320),
+            insert(1, vec![text("2")], None),
+            PgOutputMessage::Prepare(prepare_message(10, 320)),
+            rollback_prepared(9, 300, 400),
+        ],
+    );
+    assert!(events.is_empty());
+    assert_eq!(ends, [Lsn(408)]);
+    assert_eq!(a.confirm_hold(), Some(Lsn(320)));
+    // A rollback of a transaction prepared before two-phase decoding was on: nothing to do.
+    let (events, _) = feed(&mut a, vec![rollback_prepared(77, 100, 450)]);
+    assert!(events.is_empty());
+    let (events, _) = feed(&mut a, vec![commit_prepared(10, 500)]);
+    assert_eq!(positions(&events), [(500, 0), (500, 2), (500, 4)]);
+    assert_eq!(a.confirm_hold(), None);
+    // A new session forgets what it held: the server sends it again.
+    feed(
+        &mut a,
+        vec![
+            begin_prepare(11, 600),
+            insert(1, vec![text("3")], None),
+            PgOutputMessage::Prepare(prepare_message(11, 600)),
+        ],
+    );
+    a.reset_session();
+    assert_eq!(a.confirm_hold(), None);
+}
+
+#[test]
+fn commit_prepared_of_an_unseen_prepare_is_a_resync_not_a_silent_skip() {
+    let mut a = assembler(ProtocolVersion::V3, SchemaChangePolicy::Fail);
+    let err = a
+        .process(encode(commit_prepared(9, 500)), &mut Vec::new())
+        .unwrap_err();
+    assert_eq!(err.kind(), cdc_core::ErrorKind::ResyncRequired, "{err}");
+    assert!(err.to_string().contains("COMMIT PREPARED"), "{err}");
+    // Malformed sequences are protocol errors.
+    let mut a = assembler(ProtocolVersion::V3, SchemaChangePolicy::Fail);
+    assert!(
+        a.process(
+            encode(PgOutputMessage::Prepare(prepare_message(9, 300))),
+            &mut Vec::new()
+        )
+        .is_err()
+    );
+    let mut a = assembler(ProtocolVersion::V3, SchemaChangePolicy::Fail);
+    feed(&mut a, vec![begin_prepare(9, 300)]);
+    assert!(a.in_transaction());
+    assert!(
+        a.process(encode(begin(400)), &mut Vec::new()).is_err(),
+        "Begin inside a prepare"
+    );
+}
+
+#[test]
+fn a_schema_change_inside_a_prepared_transaction_is_delivered_inside_it() {
+    let mut a = assembler(ProtocolVersion::V3, SchemaChangePolicy::Evolve);
+    feed(
+        &mut a,
+        vec![
+            begin(100),
+            relation(1, "t", &[("id", 23)], None),
+            insert(1, vec![text("1")], None),
+            commit(100),
+        ],
+    );
+    let (events, _) = feed(
+        &mut a,
+        vec![
+            begin_prepare(9, 300),
+            relation(1, "t", &[("id", 23), ("extra", 25)], None),
+            insert(1, vec![text("2"), text("x")], None),
+            PgOutputMessage::Prepare(prepare_message(9, 300)),
+            commit_prepared(9, 500),
+        ],
+    );
+    assert_eq!(positions(&events), [(500, 0), (500, 1), (500, 2), (500, 4)]);
+    assert!(matches!(events[1].kind, EventKind::SchemaChange { .. }));
+}
+
+#[test]
+fn a_streamed_transaction_that_is_prepared_waits_for_commit_prepared() {
+    let mut a = assembler(ProtocolVersion::V3, SchemaChangePolicy::Fail);
+    let mut messages = vec![
+        stream_start(11, true),
+        relation(1, "t", &[("id", 23)], Some(11)),
+    ];
+    for i in 0..50 {
+        messages.push(insert(1, vec![text(&i.to_string())], Some(11)));
+    }
+    messages.push(PgOutputMessage::StreamStop);
+    messages.push(PgOutputMessage::StreamPrepare(prepare_message(11, 600)));
+    let (events, ends) = feed(&mut a, messages);
+    assert!(events.is_empty() && ends.is_empty());
+    assert_eq!(a.confirm_hold(), Some(Lsn(600)));
+    let (events, ends) = feed(&mut a, vec![commit_prepared(11, 700)]);
+    assert_eq!(inserted_ids(&events).len(), 50);
+    assert_eq!(
+        events.first().map(|e| e.position),
+        Some(Position::new(Lsn(700), 0))
+    );
+    assert_eq!(ends, [Lsn(708)]);
+    assert_eq!(a.confirm_hold(), None);
+}
