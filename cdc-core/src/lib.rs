@@ -32,7 +32,8 @@ pub use event::{
 pub use lsn::{Lsn, ParseLsnError, Position};
 #[cfg(feature = "runtime")]
 pub use pipeline::{
-    Pipeline, PipelineConfig, PipelineStats, RunEnd, RunSummary, ShutdownHandle, StatsSnapshot,
+    ChangeOp, CheckpointStats, Pipeline, PipelineConfig, PipelineStats, RunEnd, RunSummary,
+    ShutdownHandle, StatsSnapshot, TableSnapshotProgress,
 };
 pub use schema::{ColumnSchema, ColumnType, ReplicaIdentity, SchemaRef, TableSchema};
 #[cfg(feature = "runtime")]

@@ -140,6 +140,9 @@ pub struct DemoArgs {
     /// Interval of the status line on stderr (100ms to 1h).
     #[arg(long, value_parser = duration_between(STATUS_INTERVAL), default_value = "5s")]
     pub status_interval: Duration,
+    /// Metrics endpoint.
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 /// How to reach the source: a connection string from at most one of `--uri`,
@@ -260,6 +263,23 @@ pub struct StreamArgs {
     /// PREPARE, so a restart receives them again.
     #[arg(long)]
     pub two_phase: bool,
+    /// Metrics endpoint.
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+}
+
+/// `--metrics-addr` and `--health-grace`.
+#[derive(Clone, Debug, Args)]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics at `http://HOST:PORT/metrics` and a health check at
+    /// `/health` (e.g. `127.0.0.1:9187`; port 0 picks one, printed on stderr). Off unless
+    /// given; binds exactly where told.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// `/health` answers 503 once the replication connection has been reconnecting for
+    /// longer than this (100ms to 1h).
+    #[arg(long, value_parser = duration_between(STATUS_INTERVAL), default_value = "10s")]
+    pub health_grace: Duration,
 }
 
 /// `--streaming`.

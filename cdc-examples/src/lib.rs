@@ -17,6 +17,7 @@ pub mod cli;
 pub mod commands;
 pub mod connection;
 pub mod counting_sink;
+pub mod metrics_server;
 pub mod progress;
 pub mod source_guard;
 pub mod summary;

@@ -126,6 +126,11 @@ impl GuardedSource {
     pub fn info(&self) -> SourceInfo {
         self.info.clone()
     }
+
+    /// The source's live statistics.
+    pub fn stats(&self) -> cdc_postgres::source::SourceStats {
+        self.inner.stats()
+    }
 }
 
 #[async_trait]

@@ -12,6 +12,8 @@
 
 pub mod catalog;
 pub mod conn;
+#[cfg(feature = "prometheus")]
+pub mod metrics;
 pub mod snapshot;
 pub mod source;
 

@@ -2,13 +2,15 @@
 //! the sink has acknowledged under the [`CommitMode`].
 
 mod stats;
+mod table_counts;
 mod watermark;
 
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-pub use stats::{PipelineStats, StatsSnapshot};
+pub use stats::{CheckpointStats, PipelineStats, StatsSnapshot};
+pub use table_counts::{ChangeOp, TableSnapshotProgress};
 pub use watermark::Watermark;
 
 use crate::{
@@ -140,7 +142,16 @@ impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
     /// An error from the source or the sink stops the run at once; nothing after the last
     /// acknowledgement is confirmed, so a restart resumes without loss. Dropping the future
     /// is a crash from the sink's and source's point of view, with the same guarantee.
-    pub async fn run(mut self) -> Result<RunSummary> {
+    pub async fn run(self) -> Result<RunSummary> {
+        let stats = self.stats.clone();
+        let result = self.run_to_end().await;
+        if let Err(e) = &result {
+            stats.record_error(e.kind());
+        }
+        result
+    }
+
+    async fn run_to_end(mut self) -> Result<RunSummary> {
         let (acks, mut ack_rx) = Acknowledger::channel();
         let resume = self.sink.open(acks).await?;
         let Some(source) = self.source.as_mut() else {
@@ -314,6 +325,7 @@ impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
             return Ok(());
         }
         state.last_requested = Some(token.clone());
+        stats.checkpoint_requested();
         if sink.checkpoint(&token).await? == Ack::Done {
             Self::on_ack(stats, state, AckEvent::Durable(token));
         }
@@ -325,7 +337,7 @@ impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
             AckEvent::Completed(id) => state.watermark.completed(id),
             AckEvent::Durable(token) => {
                 state.watermark.durable(token.position, token.commit_end);
-                stats.record_checkpoint();
+                stats.record_checkpoint(token.commit_end.max(token.position.map(|p| p.commit_lsn)));
                 let newer = state.last_durable.as_ref().is_none_or(|old| {
                     (old.position, old.commit_end) <= (token.position, token.commit_end)
                 });

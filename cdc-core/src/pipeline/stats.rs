@@ -1,10 +1,11 @@
 //! Live statistics of a running pipeline, readable from any thread at any time.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
-use crate::{ChangeBatch, EventKind, Lsn, SnapshotMarker};
+use super::table_counts::{ChangeOp, TableCounts, TableSnapshotProgress};
+use crate::{ChangeBatch, ErrorKind, EventKind, Lsn, SnapshotMarker, TableName};
 
 /// Counters updated by the pipeline. Cheap to clone (shared).
 #[derive(Clone, Debug)]
@@ -26,6 +27,33 @@ struct Counters {
     snapshot_tables_done: AtomicU64,
     snapshot_rows: AtomicU64,
     snapshot_done: AtomicU64,
+    durable_lsn: AtomicU64,
+    /// Changes per table and operation, snapshot progress per table.
+    tables: Mutex<TableCounts>,
+    checkpoints_timing: Mutex<CheckpointTiming>,
+    /// Errors that ended a run, by kind.
+    errors: Mutex<Vec<(ErrorKind, u64)>>,
+}
+
+#[derive(Debug, Default)]
+struct CheckpointTiming {
+    requested_at: Option<Instant>,
+    seconds_sum: f64,
+    last_seconds: f64,
+    last_durable_at: Option<Instant>,
+}
+
+/// Checkpoint timings, for metrics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CheckpointStats {
+    /// Durable checkpoints.
+    pub count: u64,
+    /// Sum of the seconds from each checkpoint's request to its durable acknowledgement.
+    pub seconds_sum: f64,
+    /// That time for the last one.
+    pub last_seconds: f64,
+    /// How long ago the last one became durable (`None` before the first).
+    pub last_durable_age: Option<Duration>,
 }
 
 /// A point-in-time copy of the statistics.
@@ -55,6 +83,8 @@ pub struct StatsSnapshot {
     pub snapshot_rows: u64,
     /// Whether the initial snapshot completed (or none was taken) in this run.
     pub snapshot_complete: bool,
+    /// The end of what the sink's last durable checkpoint covers.
+    pub durable_lsn: Lsn,
 }
 
 impl StatsSnapshot {
@@ -105,6 +135,10 @@ impl Default for PipelineStats {
                 snapshot_tables_done: AtomicU64::new(0),
                 snapshot_rows: AtomicU64::new(0),
                 snapshot_done: AtomicU64::new(0),
+                durable_lsn: AtomicU64::new(0),
+                tables: Mutex::new(TableCounts::default()),
+                checkpoints_timing: Mutex::new(CheckpointTiming::default()),
+                errors: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -127,6 +161,44 @@ impl PipelineStats {
             snapshot_tables_done: c.snapshot_tables_done.load(Relaxed),
             snapshot_rows: c.snapshot_rows.load(Relaxed),
             snapshot_complete: c.snapshot_done.load(Relaxed) != 0,
+            durable_lsn: Lsn(c.durable_lsn.load(Relaxed)),
+        }
+    }
+
+    /// Changes written to the sink: `(table, operation, count)`, every operation of every
+    /// table seen.
+    pub fn changes_by_table(&self) -> Vec<(TableName, ChangeOp, u64)> {
+        lock(&self.inner.tables).changes()
+    }
+
+    /// The snapshot's progress per table (tables whose copy started in this run).
+    pub fn snapshot_by_table(&self) -> Vec<(TableName, TableSnapshotProgress)> {
+        lock(&self.inner.tables).snapshot()
+    }
+
+    /// Checkpoint count and timings.
+    pub fn checkpoints(&self) -> CheckpointStats {
+        let timing = lock(&self.inner.checkpoints_timing);
+        CheckpointStats {
+            count: self.inner.checkpoints.load(Relaxed),
+            seconds_sum: timing.seconds_sum,
+            last_seconds: timing.last_seconds,
+            last_durable_age: timing.last_durable_at.map(|t| t.elapsed()),
+        }
+    }
+
+    /// Errors that ended a run, by kind.
+    pub fn errors(&self) -> Vec<(ErrorKind, u64)> {
+        lock(&self.inner.errors).clone()
+    }
+
+    /// Counts an error that ended a run (the pipeline does; an embedder that retries runs
+    /// with the same stats sees each).
+    pub fn record_error(&self, kind: ErrorKind) {
+        let mut errors = lock(&self.inner.errors);
+        match errors.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n += 1,
+            None => errors.push((kind, 1)),
         }
     }
 
@@ -159,6 +231,7 @@ impl PipelineStats {
             }
         }
         c.snapshot_rows.fetch_add(in_snapshot_rows, Relaxed);
+        lock(&c.tables).record(&batch.events);
     }
 
     pub(crate) fn set_in_flight(&self, n: usize) {
@@ -169,7 +242,32 @@ impl PipelineStats {
         self.inner.confirmed_lsn.store(lsn.0, Relaxed);
     }
 
-    pub(crate) fn record_checkpoint(&self) {
+    pub(crate) fn record_checkpoint(&self, durable_end: Option<Lsn>) {
         self.inner.checkpoints.fetch_add(1, Relaxed);
+        if let Some(end) = durable_end {
+            self.inner.durable_lsn.fetch_max(end.0, Relaxed);
+        }
+        let mut timing = lock(&self.inner.checkpoints_timing);
+        let now = Instant::now();
+        if let Some(requested) = timing.requested_at.take() {
+            let seconds = now.duration_since(requested).as_secs_f64();
+            timing.seconds_sum += seconds;
+            timing.last_seconds = seconds;
+        }
+        timing.last_durable_at = Some(now);
     }
+
+    pub(crate) fn checkpoint_requested(&self) {
+        let mut timing = lock(&self.inner.checkpoints_timing);
+        if timing.requested_at.is_none() {
+            timing.requested_at = Some(Instant::now());
+        }
+    }
+}
+
+/// The lock, also after a panic elsewhere poisoned it (counters stay usable).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -100,6 +100,7 @@ async fn demo(
         status_interval: args.status_interval,
         summary: SummaryArg::Text,
         stop_after: args.duration,
+        metrics: args.metrics.clone(),
     };
     let outcome = run_pipeline(source, sink, PipelineConfig::default(), &options).await;
     workload.abort();

@@ -167,6 +167,8 @@ pub(crate) struct RunOptions {
     pub summary: SummaryArg,
     /// Stop by itself after this long.
     pub stop_after: Option<Duration>,
+    /// Where to serve metrics and health, if anywhere.
+    pub metrics: crate::cli::MetricsArgs,
 }
 
 /// What a pipeline run ended with.
@@ -189,8 +191,28 @@ pub(crate) async fn run_pipeline<Si: Sink>(
     let sink = CountingSink::new(sink);
     let tally = sink.tally();
     let info = source.info();
+    let source_stats = source.stats();
     let pipeline = Pipeline::new(source, sink, config);
     let stats = pipeline.stats();
+    let _metrics_server = match options.metrics.metrics_addr {
+        Some(addr) => {
+            let server = crate::metrics_server::MetricsServer::start(
+                addr,
+                cdc_postgres::metrics::StreamMetrics::new(stats.clone(), source_stats),
+                options.metrics.health_grace,
+            )
+            .await
+            .map_err(|e| {
+                CliError::usage(format!("--metrics-addr {addr}: cannot listen there: {e}"))
+            })?;
+            eprintln!(
+                "pgcdc: metrics on http://{}/metrics, health on /health",
+                server.local_addr()
+            );
+            Some(server)
+        }
+        None => None,
+    };
     let shutdown = pipeline.shutdown_handle();
     let interrupts = Interrupts::watch(shutdown.clone(), options.quiet)?;
     let timer = options.stop_after.map(|after| {

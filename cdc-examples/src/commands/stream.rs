@@ -87,6 +87,7 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
         status_interval: args.status_interval,
         summary: args.summary,
         stop_after: None,
+        metrics: args.metrics.clone(),
     };
     let policies = args.policies.policies();
     let outcome = match (&args.out_dir, args.format) {

@@ -153,9 +153,15 @@ impl ChangeAssembler {
         self.prepared.waiting()
     }
 
-    /// Bytes held by in-progress streamed transactions (and prepared transactions).
+    /// Bytes held in memory by in-progress streamed transactions (and prepared
+    /// transactions).
     pub fn buffered_bytes(&self) -> usize {
         self.streams.memory_used()
+    }
+
+    /// Bytes those transactions hold in spill files.
+    pub fn spilled_bytes(&self) -> u64 {
+        self.streams.spilled_bytes()
     }
 
     /// Whether a committed streamed transaction is being released: call

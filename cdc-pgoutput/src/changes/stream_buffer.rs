@@ -165,6 +165,15 @@ impl StreamBuffers {
         self.memory_used
     }
 
+    /// Bytes written to spill files by the transactions still held.
+    pub fn spilled_bytes(&self) -> u64 {
+        self.txs
+            .values()
+            .filter_map(|tx| tx.spill.as_ref())
+            .map(|s| s.len)
+            .sum()
+    }
+
     /// Number of in-progress transactions.
     pub fn len(&self) -> usize {
         self.txs.len()

@@ -11,9 +11,11 @@ mod backfill_keys;
 mod backfill_phase;
 mod backfill_progress;
 mod options;
+mod slot_poller;
 mod snapshot_phase;
 mod spill;
 mod start;
+mod stats;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -27,6 +29,7 @@ use cdc_core::{
 
 pub use options::{PgSourceOptions, ReconnectPolicy};
 pub use spill::TempFileSpill;
+pub use stats::{SlotRetention, SourceState, SourceStats, SourceStatsSnapshot};
 
 use self::backfill_phase::BackfillPhase;
 use self::snapshot_phase::SnapshotPhase;
@@ -106,6 +109,10 @@ pub struct PgSource {
     /// The stream has had its turn since the last chunk round (chunks and the stream
     /// alternate, so the slot keeps advancing while a snapshot runs).
     stream_had_turn: bool,
+    stats: SourceStats,
+    /// The state last reported to `stats`.
+    reported_state: SourceState,
+    slot_poller: Option<slot_poller::SlotPoller>,
 }
 
 impl PgSource {
@@ -141,6 +148,9 @@ impl PgSource {
             backfill: None,
             backfill_progress: None,
             stream_had_turn: true,
+            stats: SourceStats::default(),
+            reported_state: SourceState::Starting,
+            slot_poller: None,
         }
     }
 
@@ -157,6 +167,27 @@ impl PgSource {
     /// The configured tables as the catalog described them at start.
     pub fn tables(&self) -> &[CatalogTable] {
         &self.tables
+    }
+
+    /// The source's live statistics (a shared handle: take it before the pipeline owns
+    /// the source, read it from anywhere while it runs).
+    pub fn stats(&self) -> SourceStats {
+        self.stats.clone()
+    }
+
+    /// Reports the current state to the statistics when it changed.
+    fn report_state(&mut self) {
+        let state = match &self.phase {
+            Phase::NotStarted => SourceState::Starting,
+            Phase::Snapshot(_) => SourceState::Snapshot,
+            Phase::Ended => SourceState::Stopped,
+            Phase::Streaming if self.backfill.is_some() => SourceState::Backfilling,
+            Phase::Streaming => SourceState::Streaming,
+        };
+        if state != self.reported_state {
+            self.reported_state = state;
+            self.stats.set_state(state, None);
+        }
     }
 
     /// The highest WAL position received from the server.
@@ -263,6 +294,7 @@ impl PgSource {
         let lsn = self.confirm.confirmed();
         if lsn > self.confirmed {
             self.confirmed = lsn;
+            self.stats.confirmed(lsn);
             if let Some(stream) = &self.stream {
                 stream.set_flushed(lsn);
                 stream.send_status_now();
@@ -277,14 +309,22 @@ impl PgSource {
         };
         match message {
             ServerMessage::XLogData(data) => {
+                self.stats.message(data.data.len(), data.wal_end);
+                self.stats.received(data.wal_start);
                 let end = assembler.process(data.data, &mut self.scratch)?;
                 let hold = assembler.confirm_hold();
+                self.stats.buffers(
+                    assembler.buffered_bytes(),
+                    assembler.spilled_bytes(),
+                    assembler.prepared_waiting(),
+                );
                 self.queue_scratch()?;
                 if let Some(end) = end {
                     self.push_end(end, hold);
                 }
             }
             ServerMessage::PrimaryKeepalive(keepalive) => {
+                self.stats.message(0, keepalive.wal_end);
                 // The WAL end a keepalive reports has been decoded and sent: with no
                 // transaction open, nothing before it is still coming.
                 if !assembler.in_transaction() && !assembler.replaying() {
@@ -352,7 +392,12 @@ impl PgSource {
         self.pending.push_back(Pending::End(held_back(end, hold)));
     }
 
-    async fn reconnect(&mut self, cause: Error) -> Result<()> {
+    /// Reconnects after `cause` (counted in the statistics under `label`).
+    async fn reconnect(&mut self, cause: Error, label: &'static str) -> Result<()> {
+        self.stats.reconnect(label);
+        self.stats
+            .set_state(SourceState::Reconnecting, Some(cause.to_string()));
+        self.reported_state = SourceState::Reconnecting;
         let policy = self.options.reconnect;
         let mut last = cause;
         let mut attempt = 0;
@@ -453,7 +498,18 @@ impl Source for PgSource {
         let mut attempt = 0;
         loop {
             match start::start(self, resume).await {
-                Ok(lsn) => return Ok(lsn),
+                Ok(lsn) => {
+                    if let Some(interval) = self.options.slot_poll_interval {
+                        self.slot_poller = Some(slot_poller::SlotPoller::spawn(
+                            self.options.config.connection.clone(),
+                            self.slot.clone(),
+                            interval,
+                            self.stats.clone(),
+                        ));
+                    }
+                    self.report_state();
+                    return Ok(lsn);
+                }
                 Err(e) if e.is_transient() && policy.max_attempts.is_none_or(|m| attempt < m) => {
                     tracing::warn!(attempt, error = %e, "cannot start yet; retrying");
                     tokio::time::sleep(policy.delay(attempt)).await;
@@ -465,7 +521,38 @@ impl Source for PgSource {
     }
 
     async fn next_batch(&mut self) -> Result<Option<ChangeBatch>> {
+        let result = self.next_batch_inner().await;
+        match &result {
+            Ok(Some(_)) => {}
+            Ok(None) => self.stats.set_state(SourceState::Stopped, None),
+            Err(e) => self
+                .stats
+                .set_state(SourceState::Stopped, Some(e.to_string())),
+        }
+        result
+    }
+
+    fn resume_token(&self, batch: &ChangeBatch) -> ResumeToken {
+        self.resume_token_for(batch)
+    }
+
+    fn confirm_handle(&self) -> ConfirmHandle {
+        self.confirm.clone()
+    }
+
+    async fn abandon_start(&mut self) -> Result<()> {
+        self.abandon().await
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        self.close_stream().await
+    }
+}
+
+impl PgSource {
+    async fn next_batch_inner(&mut self) -> Result<Option<ChangeBatch>> {
         loop {
+            self.report_state();
             self.apply_confirmation();
             if self.fill() {
                 return Ok(Some(self.take_batch()));
@@ -590,8 +677,14 @@ impl Source for PgSource {
             } else {
                 wait
             };
+            self.stats.caught_up(
+                self.inbox.is_empty()
+                    && self.pending.is_empty()
+                    && self.building.is_empty()
+                    && self.between_transactions(),
+            );
             let Some(stream) = self.stream.as_mut() else {
-                self.reconnect(Error::transient("no replication stream"))
+                self.reconnect(Error::transient("no replication stream"), "no_stream")
                     .await?;
                 continue;
             };
@@ -615,18 +708,28 @@ impl Source for PgSource {
             };
             self.stream_had_turn = true;
             match received {
-                Ok(Some(messages)) => self.inbox.extend(messages),
-                Ok(None) => {
-                    self.reconnect(Error::transient("the server ended the replication stream"))
-                        .await?;
+                Ok(Some(messages)) => {
+                    if !messages.is_empty() {
+                        self.stats.caught_up(false);
+                    }
+                    self.inbox.extend(messages);
                 }
-                Err(e) if e.kind() == ErrorKind::Transient => self.reconnect(e).await?,
+                Ok(None) => {
+                    self.reconnect(
+                        Error::transient("the server ended the replication stream"),
+                        "server_ended",
+                    )
+                    .await?;
+                }
+                Err(e) if e.kind() == ErrorKind::Transient => {
+                    self.reconnect(e, "connection_lost").await?
+                }
                 Err(e) => return Err(e),
             }
         }
     }
 
-    fn resume_token(&self, batch: &ChangeBatch) -> ResumeToken {
+    fn resume_token_for(&self, batch: &ChangeBatch) -> ResumeToken {
         let identity = self.identity.clone().unwrap_or(SourceIdentity {
             system_identifier: String::new(),
             timeline: 0,
@@ -641,11 +744,7 @@ impl Source for PgSource {
         token
     }
 
-    fn confirm_handle(&self) -> ConfirmHandle {
-        self.confirm.clone()
-    }
-
-    async fn abandon_start(&mut self) -> Result<()> {
+    async fn abandon(&mut self) -> Result<()> {
         self.phase = Phase::Ended;
         self.parked = None;
         self.stream = None;
@@ -687,8 +786,10 @@ impl Source for PgSource {
         }
     }
 
-    async fn close(&mut self) -> Result<()> {
+    async fn close_stream(&mut self) -> Result<()> {
         self.phase = Phase::Ended;
+        self.slot_poller = None;
+        self.report_state();
         // The pipeline's final confirmation (after its last checkpoint) arrives after the
         // last `next_batch`: pass it on, so the stream's farewell status update carries it
         // and the slot ends where the sink's state does.

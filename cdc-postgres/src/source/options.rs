@@ -57,6 +57,9 @@ pub struct PgSourceOptions {
     pub stream: StreamOptions,
     /// Send an empty progress batch (so an idle slot advances) at most this often.
     pub progress_interval: Duration,
+    /// How often the slot's WAL retention is read from `pg_replication_slots` for
+    /// [`super::SourceStats`] (on a SQL connection of its own; default 10 s; `None`: never).
+    pub slot_poll_interval: Option<Duration>,
 }
 
 impl PgSourceOptions {
@@ -77,6 +80,7 @@ impl PgSourceOptions {
             reconnect: ReconnectPolicy::default(),
             stream: StreamOptions::default(),
             progress_interval: Duration::from_secs(1),
+            slot_poll_interval: Some(Duration::from_secs(10)),
         }
     }
 }

@@ -41,7 +41,7 @@ pub async fn run(args: &Args) -> Result<(), String> {
     let mut slots = Vec::new();
     for round in 0..rounds {
         for &(mode, streaming) in modes {
-            let slot = format!("bigtx_{round}_{mode}");
+            let slot = format!("bigtx_{round}_{}", mode.replace('-', "_"));
             create_slot(&cluster, &slot).await?;
             slots.push((round, mode, streaming, slot));
         }

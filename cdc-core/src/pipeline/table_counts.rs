@@ -1,0 +1,238 @@
+//! Changes written to the sink per table and operation, and the initial snapshot's progress
+//! per table, counted from the batches the pipeline writes (so they count what the sink
+//! was handed, not what the source read).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::{ChangeEvent, EventKind, SnapshotMarker, TableName};
+
+/// What a change did, as metrics label it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ChangeOp {
+    /// A row copied by the snapshot (consistent or online).
+    Snapshot,
+    /// An insert from the stream.
+    Insert,
+    /// An update.
+    Update,
+    /// A delete.
+    Delete,
+    /// A TRUNCATE of the table.
+    Truncate,
+}
+
+impl ChangeOp {
+    /// Every operation, in label order.
+    pub const ALL: [ChangeOp; 5] = [
+        ChangeOp::Snapshot,
+        ChangeOp::Insert,
+        ChangeOp::Update,
+        ChangeOp::Delete,
+        ChangeOp::Truncate,
+    ];
+
+    /// The label value (`snapshot`, `insert`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeOp::Snapshot => "snapshot",
+            ChangeOp::Insert => "insert",
+            ChangeOp::Update => "update",
+            ChangeOp::Delete => "delete",
+            ChangeOp::Truncate => "truncate",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A table's initial-snapshot progress as written to the sink.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableSnapshotProgress {
+    /// Rows copied.
+    pub rows: u64,
+    /// Online snapshot chunks completed.
+    pub chunks: u64,
+    /// Whether the table's copy is complete.
+    pub done: bool,
+}
+
+/// Per-table counters (kept under the stats' lock; updated once per batch).
+#[derive(Debug, Default)]
+pub(super) struct TableCounts {
+    changes: BTreeMap<TableName, [u64; 5]>,
+    snapshot: BTreeMap<TableName, TableSnapshotProgress>,
+    /// Tables whose copy (a whole table, or one chunk) is being written: their inserts
+    /// are snapshot rows.
+    copying: BTreeSet<TableName>,
+}
+
+impl TableCounts {
+    pub(super) fn record(&mut self, events: &[ChangeEvent]) {
+        for event in events {
+            match &event.kind {
+                EventKind::Insert { table, .. } => {
+                    let op = if self.copying.contains(&table.name) {
+                        if let Some(p) = self.snapshot.get_mut(&table.name) {
+                            p.rows += 1;
+                        }
+                        ChangeOp::Snapshot
+                    } else {
+                        ChangeOp::Insert
+                    };
+                    self.count(&table.name, op);
+                }
+                EventKind::Update { table, .. } => self.count(&table.name, ChangeOp::Update),
+                EventKind::Delete { table, .. } => self.count(&table.name, ChangeOp::Delete),
+                EventKind::Truncate { tables, .. } => {
+                    for table in tables {
+                        self.count(&table.name, ChangeOp::Truncate);
+                    }
+                }
+                EventKind::Snapshot(marker) => self.snapshot_marker(marker),
+                _ => {}
+            }
+        }
+    }
+
+    fn count(&mut self, table: &TableName, op: ChangeOp) {
+        match self.changes.get_mut(table) {
+            Some(counts) => counts[op.index()] += 1,
+            None => {
+                let mut counts = [0; 5];
+                counts[op.index()] = 1;
+                self.changes.insert(table.clone(), counts);
+            }
+        }
+    }
+
+    fn snapshot_marker(&mut self, marker: &SnapshotMarker) {
+        match marker {
+            SnapshotMarker::Restarted => {
+                self.snapshot.clear();
+                self.copying.clear();
+            }
+            SnapshotMarker::TableStarted(table) => {
+                self.snapshot.entry(table.clone()).or_default().done = false;
+                self.copying.insert(table.clone());
+            }
+            SnapshotMarker::TableCompleted { table, .. } => {
+                self.snapshot.entry(table.clone()).or_default().done = true;
+                self.copying.remove(table);
+            }
+            SnapshotMarker::ChunkStarted { table, .. } => {
+                self.snapshot.entry(table.clone()).or_default();
+                self.copying.insert(table.clone());
+            }
+            SnapshotMarker::ChunkCompleted { table, .. } => {
+                self.snapshot.entry(table.clone()).or_default().chunks += 1;
+                self.copying.remove(table);
+            }
+            _ => {}
+        }
+    }
+
+    /// `(table, op, count)` for every table seen.
+    pub(super) fn changes(&self) -> Vec<(TableName, ChangeOp, u64)> {
+        self.changes
+            .iter()
+            .flat_map(|(table, counts)| {
+                ChangeOp::ALL
+                    .iter()
+                    .map(move |op| (table.clone(), *op, counts[op.index()]))
+            })
+            .collect()
+    }
+
+    pub(super) fn snapshot(&self) -> Vec<(TableName, TableSnapshotProgress)> {
+        self.snapshot
+            .iter()
+            .map(|(t, p)| (t.clone(), p.clone()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ChangeEvent, ColumnSchema, ColumnType, Lsn, Position, TableSchema, Value};
+    use std::sync::Arc;
+
+    fn schema(name: &str) -> crate::SchemaRef {
+        Arc::new(TableSchema {
+            name: TableName::new("public", name),
+            relation_id: 1,
+            columns: vec![ColumnSchema {
+                name: "id".into(),
+                column_type: ColumnType {
+                    oid: 23,
+                    modifier: -1,
+                    name: None,
+                },
+                nullable: false,
+                part_of_key: true,
+                generated: false,
+            }],
+            replica_identity: crate::ReplicaIdentity::Default,
+            primary_key: vec!["id".into()],
+        })
+    }
+
+    fn event(kind: EventKind) -> ChangeEvent {
+        ChangeEvent {
+            position: Position::new(Lsn(1), 0),
+            kind,
+        }
+    }
+
+    #[test]
+    fn snapshot_rows_and_stream_changes_are_counted_apart() {
+        let t = schema("t");
+        let insert = || {
+            event(EventKind::Insert {
+                table: t.clone(),
+                new: vec![Value::Int4(1)],
+            })
+        };
+        let mut counts = TableCounts::default();
+        counts.record(&[
+            event(EventKind::Snapshot(SnapshotMarker::TableStarted(
+                t.name.clone(),
+            ))),
+            insert(),
+            insert(),
+            event(EventKind::Snapshot(SnapshotMarker::TableCompleted {
+                table: t.name.clone(),
+                rows: 2,
+            })),
+            insert(),
+            event(EventKind::Delete {
+                table: t.clone(),
+                old: None,
+            }),
+        ]);
+        let changes = counts.changes();
+        let get = |op: ChangeOp| {
+            changes
+                .iter()
+                .find(|(_, o, _)| *o == op)
+                .map(|(_, _, n)| *n)
+        };
+        assert_eq!(get(ChangeOp::Snapshot), Some(2));
+        assert_eq!(get(ChangeOp::Insert), Some(1));
+        assert_eq!(get(ChangeOp::Delete), Some(1));
+        assert_eq!(get(ChangeOp::Update), Some(0));
+        assert_eq!(
+            counts.snapshot(),
+            [(
+                t.name.clone(),
+                TableSnapshotProgress {
+                    rows: 2,
+                    chunks: 0,
+                    done: true
+                }
+            )]
+        );
+    }
+}
