@@ -100,7 +100,7 @@ async fn metrics_follow_a_real_stream_and_health_follows_the_server() {
     let cluster = Cluster::new().await.unwrap();
     cluster
         .execute(
-            "CREATE TABLE public.t (id int PRIMARY KEY, v text);
+            "CREATE TABLE public.t (id int PRIMARY KEY, v text, x float8);
              INSERT INTO public.t SELECT g, 'row' FROM generate_series(1, 1000) g;",
         )
         .await
@@ -123,6 +123,8 @@ async fn metrics_follow_a_real_stream_and_health_follows_the_server() {
         "127.0.0.1:0",
         "--health-grace",
         "1s",
+        "--on-non-finite",
+        "null",
     ]);
     let (mut child, _stdout, stderr) = spawn_collecting(cmd);
     assert!(
@@ -236,6 +238,24 @@ async fn metrics_follow_a_real_stream_and_health_follows_the_server() {
         .unwrap();
     wait_for(addr, "the insert after the kill", |s| {
         changes(s, "insert") == Some(251.0)
+    });
+    // A value the output policy handles, counted by column.
+    cluster
+        .execute("INSERT INTO public.t VALUES (5001, 'nan', 'NaN')")
+        .await
+        .unwrap();
+    wait_for(addr, "the policy application counted", |s| {
+        find(
+            s,
+            "pgcdc_policy_applications_total",
+            &[
+                ("table", "public.t"),
+                ("column", "x"),
+                ("case", "non_finite"),
+                ("action", "null"),
+            ],
+        ) == Some(1.0)
+            && changes(s, "insert") == Some(252.0)
     });
     assert_eq!(get(addr, "/health").0, 200);
 

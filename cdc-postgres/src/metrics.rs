@@ -10,6 +10,7 @@
 //! our families into its registry, and has no runtime or global state (the `metrics`
 //! facade would need an exporter and a global recorder that an engine may own already).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use cdc_core::{ErrorKind, Lsn, PipelineStats};
@@ -22,11 +23,42 @@ use prometheus_client::registry::Registry;
 
 use crate::source::{SourceState, SourceStats};
 
-/// The metrics of one stream: its pipeline's and its source's statistics.
-#[derive(Clone, Debug)]
+/// The metrics of one stream: its pipeline's and its source's statistics, and the sink's
+/// policy applications if the sink reports them.
+#[derive(Clone)]
 pub struct StreamMetrics {
     pipeline: PipelineStats,
     source: SourceStats,
+    policies: Option<PolicySource>,
+}
+
+/// Reads the sink's policy applications at scrape time.
+type PolicySource = Arc<dyn Fn() -> Vec<PolicyApplications> + Send + Sync>;
+
+/// How often a sink applied one output policy to one column, for
+/// `pgcdc_policy_applications_total`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyApplications {
+    /// The table.
+    pub table: String,
+    /// The column (empty for a table-level case such as TRUNCATE).
+    pub column: String,
+    /// The situation (`non_finite`, `out_of_range`, `array_bounds`, `truncate`).
+    pub case: String,
+    /// What the policy did (`null`, `string`, `drop bounds`, `skip`, `marker`).
+    pub action: String,
+    /// How many times.
+    pub count: u64,
+}
+
+impl std::fmt::Debug for StreamMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamMetrics")
+            .field("pipeline", &self.pipeline)
+            .field("source", &self.source)
+            .field("policies", &self.policies.is_some())
+            .finish()
+    }
 }
 
 /// Whether the stream is healthy, and why not.
@@ -42,7 +74,20 @@ impl StreamMetrics {
     /// Metrics over `pipeline` ([`cdc_core::Pipeline::stats`]) and `source`
     /// ([`crate::source::PgSource::stats`]).
     pub fn new(pipeline: PipelineStats, source: SourceStats) -> Self {
-        StreamMetrics { pipeline, source }
+        StreamMetrics {
+            pipeline,
+            source,
+            policies: None,
+        }
+    }
+
+    /// Adds the sink's policy applications, read by `policies` at each scrape.
+    pub fn with_policies(
+        mut self,
+        policies: impl Fn() -> Vec<PolicyApplications> + Send + Sync + 'static,
+    ) -> Self {
+        self.policies = Some(Arc::new(policies));
+        self
     }
 
     /// The metrics in the OpenMetrics text format (what `/metrics` serves).
@@ -361,6 +406,28 @@ impl Collector for StreamMetrics {
                     ConstGauge::new(i64::from(p.done)),
                 )
             }),
+        )?;
+        family(
+            e,
+            "pgcdc_policy_applications",
+            "Values (or TRUNCATEs) an output policy handled, by table, column, case and action.",
+            MetricType::Counter,
+            self.policies
+                .as_ref()
+                .map(|read| read())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|p| {
+                    (
+                        [
+                            ("table", p.table),
+                            ("column", p.column),
+                            ("case", p.case),
+                            ("action", p.action),
+                        ],
+                        ConstCounter::new(p.count),
+                    )
+                }),
         )?;
         single(
             e,

@@ -101,6 +101,7 @@ async fn demo(
         summary: SummaryArg::Text,
         stop_after: args.duration,
         metrics: args.metrics.clone(),
+        policy_log: None,
     };
     let outcome = run_pipeline(source, sink, PipelineConfig::default(), &options).await;
     workload.abort();

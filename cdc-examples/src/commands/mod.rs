@@ -169,6 +169,8 @@ pub(crate) struct RunOptions {
     pub stop_after: Option<Duration>,
     /// Where to serve metrics and health, if anywhere.
     pub metrics: crate::cli::MetricsArgs,
+    /// The sink's policy counts (Feldera JSON sinks), for the metrics.
+    pub policy_log: Option<cdc_sinks::feldera::PolicyLog>,
 }
 
 /// What a pipeline run ended with.
@@ -198,7 +200,7 @@ pub(crate) async fn run_pipeline<Si: Sink>(
         Some(addr) => {
             let server = crate::metrics_server::MetricsServer::start(
                 addr,
-                cdc_postgres::metrics::StreamMetrics::new(stats.clone(), source_stats),
+                stream_metrics(stats.clone(), source_stats, options.policy_log.clone()),
                 options.metrics.health_grace,
             )
             .await
@@ -286,4 +288,34 @@ pub(crate) async fn run_pipeline<Si: Sink>(
 /// time (a terminal's Ctrl-C reaches a local demo server too).
 pub(crate) fn is_connection_loss(e: &Error) -> bool {
     matches!(e.kind(), ErrorKind::Transient | ErrorKind::Protocol)
+}
+
+/// The metrics of a run: pipeline, source, and the sink's policy applications if known.
+fn stream_metrics(
+    pipeline: cdc_core::PipelineStats,
+    source: cdc_postgres::source::SourceStats,
+    policy_log: Option<cdc_sinks::feldera::PolicyLog>,
+) -> cdc_postgres::metrics::StreamMetrics {
+    let metrics = cdc_postgres::metrics::StreamMetrics::new(pipeline, source);
+    let Some(log) = policy_log else {
+        return metrics;
+    };
+    metrics.with_policies(move || {
+        log.counts()
+            .into_iter()
+            .map(|c| cdc_postgres::metrics::PolicyApplications {
+                table: c.table.to_string(),
+                column: c.column,
+                case: match c.case {
+                    cdc_sinks::feldera::PolicyCase::NonFinite => "non_finite",
+                    cdc_sinks::feldera::PolicyCase::OutOfRange => "out_of_range",
+                    cdc_sinks::feldera::PolicyCase::ArrayBounds => "array_bounds",
+                    cdc_sinks::feldera::PolicyCase::Truncate => "truncate",
+                }
+                .to_owned(),
+                action: c.action.to_owned(),
+                count: c.count,
+            })
+            .collect()
+    })
 }

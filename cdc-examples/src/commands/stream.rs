@@ -81,13 +81,14 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
         checkpoint_interval: args.checkpoint_interval,
         ..PipelineConfig::default()
     };
-    let run = RunOptions {
+    let mut run = RunOptions {
         command: "stream",
         quiet,
         status_interval: args.status_interval,
         summary: args.summary,
         stop_after: None,
         metrics: args.metrics.clone(),
+        policy_log: None,
     };
     let policies = args.policies.policies();
     let outcome = match (&args.out_dir, args.format) {
@@ -101,7 +102,9 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
                 policies,
                 table_key: file.layout == FileLayout::Multiplexed,
             };
-            run_pipeline(source, FelderaFileSink::new(file)?, pipeline, &run).await?
+            let sink = FelderaFileSink::new(file)?;
+            run.policy_log = Some(sink.policy_log());
+            run_pipeline(source, sink, pipeline, &run).await?
         }
         (None, FormatArg::Feldera) => {
             let encoder = EncoderOptions {
@@ -109,6 +112,7 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
                 table_key: true,
             };
             let sink = FelderaStreamSink::new(stdout(), encoder, Framing::Lines);
+            run.policy_log = Some(sink.policy_log());
             run_pipeline(source, sink, pipeline, &run).await?
         }
         (None, FormatArg::Json) => {

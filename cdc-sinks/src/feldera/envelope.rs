@@ -123,12 +123,18 @@ struct RowSource<'r> {
 impl FelderaEncoder {
     /// An encoder with `options`.
     pub fn new(options: EncoderOptions) -> Self {
+        FelderaEncoder::with_policy_log(options, PolicyLog::default())
+    }
+
+    /// An encoder with `options` that counts policy applications into `log` (shared with
+    /// the caller's clones).
+    pub fn with_policy_log(options: EncoderOptions, log: PolicyLog) -> Self {
         FelderaEncoder {
             options,
             prepared: Vec::new(),
             by_name: HashMap::new(),
             last: 0,
-            log: PolicyLog::default(),
+            log,
             stats: EncoderStats::default(),
         }
     }

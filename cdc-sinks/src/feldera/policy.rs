@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
 use cdc_core::TableName;
 
@@ -134,11 +135,18 @@ pub struct PolicyCount {
 }
 
 /// Counts applications of non-error policies, warning once per column and case.
+///
+/// Clones share the counts: take one (e.g. [`crate::feldera::FelderaStreamSink::policy_log`])
+/// before the sink moves into a pipeline, and read it while the pipeline runs (metrics).
+/// Recording locks a mutex, which costs nothing measurable: policies apply to rare values.
 #[derive(Debug, Default, Clone)]
 pub struct PolicyLog {
-    /// Keyed by (relation id, column index, case): no allocation on the hot path.
-    counts: HashMap<(u32, usize, PolicyCase), PolicyCount>,
+    /// Keyed by (relation id, column index, case): no allocation after the first time.
+    counts: Arc<Mutex<CountsByColumn>>,
 }
+
+/// Counts keyed by (relation id, column index, case).
+type CountsByColumn = HashMap<(u32, usize, PolicyCase), PolicyCount>;
 
 impl PolicyLog {
     /// Records one application; logs a warning the first time for this column and case.
@@ -151,8 +159,11 @@ impl PolicyLog {
         case: PolicyCase,
         action: &'static str,
     ) {
-        let entry = self
+        let mut counts = self
             .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = counts
             .entry((relation_id, column_index, case))
             .or_insert_with(|| {
                 tracing::warn!(
@@ -174,13 +185,19 @@ impl PolicyLog {
     /// Every column (and table) a policy was applied to, with counts, sorted by table,
     /// column and case.
     pub fn counts(&self) -> Vec<PolicyCount> {
-        let mut out: Vec<PolicyCount> = self.counts.values().cloned().collect();
+        let mut out: Vec<PolicyCount> = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
         out.sort_by(|a, b| (&a.table, &a.column, a.case).cmp(&(&b.table, &b.column, b.case)));
         out
     }
 
     /// Total number of applications of any policy.
     pub fn total(&self) -> u64 {
-        self.counts.values().map(|c| c.count).sum()
+        self.counts().iter().map(|c| c.count).sum()
     }
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 use async_trait::async_trait;
 use cdc_core::{Ack, Acknowledger, Error, Position, Result, ResumeToken, Sink, SinkBatch};
 
-use super::{EncoderOptions, FelderaEncoder, Frame, Framing};
+use super::{EncoderOptions, FelderaEncoder, Frame, Framing, PolicyLog};
 
 /// Writes every table's envelopes into one stream (multiplexed; set
 /// [`EncoderOptions::table_key`] so a reader can tell tables apart).
@@ -36,6 +36,11 @@ impl<W: Write + Send> FelderaStreamSink<W> {
     /// The encoder (policy counts, statistics).
     pub fn encoder(&self) -> &FelderaEncoder {
         &self.encoder
+    }
+
+    /// The policy counts, shared: readable while the sink runs in a pipeline.
+    pub fn policy_log(&self) -> PolicyLog {
+        self.encoder.policy_log().clone()
     }
 
     /// The writer.

@@ -14,7 +14,7 @@ use super::names::{MULTIPLEXED_FILE, is_data_file_name, legacy_table, table_file
 use super::no_follow::{self, Access};
 use super::options::{CrashInjection, CrashPoint, FileLayout, FileSinkOptions};
 use super::state::{CheckpointState, remove_stale_temp, replace_checkpoint, sync_dir};
-use crate::feldera::{FelderaEncoder, Frame, FrameSet, Framing};
+use crate::feldera::{FelderaEncoder, Frame, FrameSet, Framing, PolicyLog};
 
 /// One data file and the bytes pending for it.
 #[derive(Debug)]
@@ -148,7 +148,10 @@ impl Core {
     /// Touches no file pgcdc did not create: a foreign, linked or special file at one of
     /// its names, a checkpoint naming files pgcdc never writes, or a directory another
     /// sink holds is an error.
-    pub(crate) fn open(options: FileSinkOptions) -> Result<(Core, Option<ResumeToken>), Error> {
+    pub(crate) fn open(
+        options: FileSinkOptions,
+        log: PolicyLog,
+    ) -> Result<(Core, Option<ResumeToken>), Error> {
         let dir = options.dir.clone();
         fs::create_dir_all(&dir).map_err(|e| io_error("creating directory", &dir, e))?;
         let lock = DirLock::acquire(&dir)?;
@@ -252,7 +255,7 @@ impl Core {
             .applied_through
             .max(token.as_ref().and_then(|t| t.position));
         let core = Core {
-            encoder: FelderaEncoder::new(options.encoder),
+            encoder: FelderaEncoder::with_policy_log(options.encoder, log),
             options,
             outputs,
             snapshot_start: durable.snapshot_start.clone(),
@@ -263,10 +266,6 @@ impl Core {
             _lock: lock,
         };
         Ok((core, token))
-    }
-
-    pub(crate) fn encoder(&self) -> &FelderaEncoder {
-        &self.encoder
     }
 
     fn check_usable(&self) -> Result<(), Error> {

@@ -57,7 +57,7 @@ use async_trait::async_trait;
 use cdc_core::{Ack, Acknowledger, Error, Result, ResumeToken, Sink, SinkBatch};
 
 use self::core::Core;
-use crate::feldera::PolicyCount;
+use crate::feldera::{PolicyCount, PolicyLog};
 
 pub use lock::LOCK_FILE;
 pub use names::{MULTIPLEXED_FILE, table_file_name};
@@ -77,6 +77,8 @@ pub use state::CHECKPOINT_FILE;
 pub struct FelderaFileSink {
     options: FileSinkOptions,
     core: Option<Box<Core>>,
+    /// Policy counts, shared with the encoder of every core opened.
+    policy_log: PolicyLog,
 }
 
 impl FelderaFileSink {
@@ -86,6 +88,7 @@ impl FelderaFileSink {
         Ok(FelderaFileSink {
             options,
             core: None,
+            policy_log: PolicyLog::default(),
         })
     }
 
@@ -96,10 +99,12 @@ impl FelderaFileSink {
 
     /// Non-error policies applied so far, per column (empty before `open`).
     pub fn policy_counts(&self) -> Vec<PolicyCount> {
-        self.core
-            .as_ref()
-            .map(|c| c.encoder().policy_log().counts())
-            .unwrap_or_default()
+        self.policy_log.counts()
+    }
+
+    /// The policy counts, shared: readable while the sink runs in a pipeline.
+    pub fn policy_log(&self) -> PolicyLog {
+        self.policy_log.clone()
     }
 
     /// Replayed events skipped because their position was already in the files.
@@ -137,7 +142,8 @@ impl Sink for FelderaFileSink {
         // A sink opened again gives up its own lock first, or it would lock itself out.
         self.core = None;
         let options = self.options.clone();
-        let (core, token) = tokio::task::spawn_blocking(move || Core::open(options))
+        let log = self.policy_log.clone();
+        let (core, token) = tokio::task::spawn_blocking(move || Core::open(options, log))
             .await
             .map_err(|e| Error::sink("the file sink's I/O task failed").with_source(e))??;
         tracing::info!(dir = %core.dir().display(), token = ?token.as_ref().map(|t| t.position), "file sink opened");
