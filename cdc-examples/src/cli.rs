@@ -203,8 +203,9 @@ pub struct StreamArgs {
     #[arg(long, value_enum, default_value_t = CommitModeArg::Checkpoint)]
     pub commit_mode: CommitModeArg,
     /// How often the output is checkpointed (made durable with its resume position), e.g.
-    /// `1s`, `500ms` (10ms to 1h).
-    #[arg(long, value_parser = duration_between(CHECKPOINT_INTERVAL), default_value = "1s")]
+    /// `1s`, `500ms` (10ms to 1h). With --out-dir it bounds how soon a change is visible to
+    /// a reader of the checkpointed files; a checkpoint of nothing new costs nothing.
+    #[arg(long, value_parser = duration_between(CHECKPOINT_INTERVAL), default_value = "100ms")]
     pub checkpoint_interval: Duration,
     /// Output format on stdout: Feldera JSON envelopes with a `table` key, one JSON
     /// object per event (`json`, debugging), or readable text.

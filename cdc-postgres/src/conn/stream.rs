@@ -157,6 +157,9 @@ type Chunk = Vec<ServerMessage>;
 pub struct ReplicationStream {
     rx: mpsc::Receiver<Result<Chunk>>,
     current: std::vec::IntoIter<ServerMessage>,
+    /// An error [`ReplicationStream::try_next_chunk`] took from the channel, reported by
+    /// the next waiting read.
+    pending_error: Option<Error>,
     shared: Arc<Shared>,
     commands: mpsc::UnboundedSender<Command>,
     task: Option<JoinHandle<()>>,
@@ -202,6 +205,7 @@ impl ReplicationStream {
         ReplicationStream {
             rx,
             current: Vec::new().into_iter(),
+            pending_error: None,
             shared,
             commands,
             task: Some(task),
@@ -212,6 +216,9 @@ impl ReplicationStream {
     pub async fn next_message(&mut self) -> Result<Option<ServerMessage>> {
         if let Some(message) = self.current.next() {
             return Ok(Some(message));
+        }
+        if let Some(e) = self.pending_error.take() {
+            return Err(e);
         }
         match self.rx.recv().await {
             Some(Ok(chunk)) => {
@@ -230,10 +237,31 @@ impl ReplicationStream {
         if !rest.is_empty() {
             return Ok(Some(rest));
         }
+        if let Some(e) = self.pending_error.take() {
+            return Err(e);
+        }
         match self.rx.recv().await {
             Some(Ok(chunk)) => Ok(Some(chunk)),
             Some(Err(e)) => Err(e),
             None => Ok(None),
+        }
+    }
+
+    /// Every message that is already here, without waiting: `None` when nothing is (the
+    /// stream's end and errors are left for [`ReplicationStream::next_chunk`] to report).
+    pub fn try_next_chunk(&mut self) -> Option<Vec<ServerMessage>> {
+        let rest: Vec<ServerMessage> = std::mem::take(&mut self.current).collect();
+        if !rest.is_empty() {
+            return Some(rest);
+        }
+        match self.rx.try_recv() {
+            Ok(Ok(chunk)) => Some(chunk),
+            Ok(Err(e)) => {
+                // Put it back in front: the next `next_chunk` reports it.
+                self.pending_error = Some(e);
+                None
+            }
+            Err(_) => None,
         }
     }
 
@@ -309,6 +337,9 @@ impl futures::Stream for ReplicationStream {
         loop {
             if let Some(message) = this.current.next() {
                 return Poll::Ready(Some(Ok(message)));
+            }
+            if let Some(e) = this.pending_error.take() {
+                return Poll::Ready(Some(Err(e)));
             }
             match this.rx.poll_recv(cx) {
                 Poll::Ready(Some(Ok(chunk))) => this.current = chunk.into_iter(),

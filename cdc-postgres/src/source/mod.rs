@@ -646,6 +646,16 @@ impl PgSource {
                 self.process_message(message)?;
                 continue;
             }
+            // Everything received is processed: hand the batch on now instead of waiting
+            // for its size or latency limit (those bound it under load, when more is
+            // always already here). What arrived meanwhile goes in first.
+            if !self.building.is_empty() && self.pending.is_empty() {
+                if let Some(more) = self.stream.as_mut().and_then(|s| s.try_next_chunk()) {
+                    self.inbox.extend(more);
+                    continue;
+                }
+                return Ok(Some(self.take_batch()));
+            }
             // Idle progress: nothing pending or being built, and the server's WAL end
             // moved past what the batches cover.
             let progressed = self.idle_wal_end > self.covered_end.unwrap_or(Lsn::ZERO)

@@ -60,8 +60,9 @@ impl<W: Write + Send> Sink for FelderaStreamSink<W> {
         Ok(None)
     }
 
-    /// Encodes the batch and writes it; `Done` once the bytes are handed to the writer.
-    /// An event that cannot be encoded fails the whole batch before any of it is written.
+    /// Encodes the batch, writes it and flushes the writer (a stream is not durable
+    /// anyway: nothing waits for a checkpoint); `Done` once the bytes are handed on. An
+    /// event that cannot be encoded fails the whole batch before any of it is written.
     async fn write(&mut self, batch: SinkBatch) -> Result<Ack> {
         self.frame.reset();
         let mut last = self.last_position;
@@ -75,6 +76,7 @@ impl<W: Write + Send> Sink for FelderaStreamSink<W> {
         self.frame.end_batch();
         self.writer
             .write_all(self.frame.bytes())
+            .and_then(|()| self.writer.flush())
             .map_err(|e| Error::sink("writing the Feldera JSON stream failed").with_source(e))?;
         self.frame.clear();
         self.last_position = last;

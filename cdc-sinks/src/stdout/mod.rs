@@ -86,7 +86,8 @@ impl<W: Write + Send> Sink for StdoutSink<W> {
         Ok(None)
     }
 
-    /// Renders every event of the batch and writes them; `Done` once written.
+    /// Renders every event of the batch, writes and flushes them (the output is not
+    /// durable anyway, so nothing waits for a checkpoint); `Done` once written.
     async fn write(&mut self, batch: SinkBatch) -> Result<Ack> {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
@@ -100,6 +101,7 @@ impl<W: Write + Send> Sink for StdoutSink<W> {
         let result = result.and_then(|()| {
             self.writer
                 .write_all(&buf)
+                .and_then(|()| self.writer.flush())
                 .map_err(|e| Error::sink("writing to the stdout sink failed").with_source(e))
         });
         self.buf = buf;

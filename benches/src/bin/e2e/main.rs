@@ -6,6 +6,8 @@
 //! cargo run --release -p benches --bin e2e -- snapshot [--rows 1000000] [--rounds 2] [--workers 1,4]
 //!                                                      [--chunk-pages N]
 //! cargo run --release -p benches --bin e2e -- bigtx    [--rows 1000000]
+//! cargo run --release -p benches --bin e2e -- latency  [--rates 10,1000,50000,max] [--seconds 5]
+//!                                                      [--consumers stdout,out-dir,lib] [--plot PATH]
 //! cargo run --release -p benches --bin e2e -- all      [--rows N]
 //! ```
 //!
@@ -20,6 +22,7 @@ mod args;
 mod bigtx;
 mod consume;
 mod drain;
+mod latency;
 mod rawread;
 mod runner;
 mod snapshot;
@@ -29,7 +32,7 @@ use std::process::ExitCode;
 use args::Args;
 
 const USAGE: &str =
-    "usage: e2e <drain|snapshot|bigtx|all> [--rows N] [options]; see benches/README.md";
+    "usage: e2e <drain|snapshot|bigtx|latency|all> [--rows N] [options]; see benches/README.md";
 
 fn main() -> ExitCode {
     let args = match Args::parse(std::env::args().skip(1)) {
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
             "drain" => drain::run(&args).await,
             "snapshot" => snapshot::run(&args).await,
             "bigtx" => bigtx::run(&args).await,
+            "latency" => latency::run(&args).await,
             "all" => {
                 drain::run(&args).await?;
                 snapshot::run(&args).await?;
