@@ -11,6 +11,7 @@ mod backfill_keys;
 mod backfill_phase;
 mod backfill_progress;
 mod options;
+mod reconnect;
 mod slot_poller;
 mod snapshot_phase;
 mod spill;
@@ -109,6 +110,8 @@ pub struct PgSource {
     /// The stream has had its turn since the last chunk round (chunks and the stream
     /// alternate, so the slot keeps advancing while a snapshot runs).
     stream_had_turn: bool,
+    /// The batch being built already took what the stream had read (see `next_batch`).
+    took_ready: bool,
     stats: SourceStats,
     /// The state last reported to `stats`.
     reported_state: SourceState,
@@ -148,6 +151,7 @@ impl PgSource {
             backfill: None,
             backfill_progress: None,
             stream_had_turn: true,
+            took_ready: false,
             stats: SourceStats::default(),
             reported_state: SourceState::Starting,
             slot_poller: None,
@@ -253,6 +257,7 @@ impl PgSource {
 
     /// Hands out the batch being built, recording what it covers.
     fn take_batch(&mut self) -> ChangeBatch {
+        self.took_ready = false;
         let batch = std::mem::take(&mut self.building);
         self.building_since = None;
         self.covered_position = self.covered_position.max(batch.last_position());
@@ -390,97 +395,6 @@ impl PgSource {
     fn push_end(&mut self, end: Lsn, hold: Option<Lsn>) {
         self.stream_passed = self.stream_passed.max(end);
         self.pending.push_back(Pending::End(held_back(end, hold)));
-    }
-
-    /// Reconnects after `cause` (counted in the statistics under `label`).
-    async fn reconnect(&mut self, cause: Error, label: &'static str) -> Result<()> {
-        self.stats.reconnect(label);
-        self.stats
-            .set_state(SourceState::Reconnecting, Some(cause.to_string()));
-        self.reported_state = SourceState::Reconnecting;
-        let policy = self.options.reconnect;
-        let mut last = cause;
-        let mut attempt = 0;
-        loop {
-            if policy.max_attempts.is_some_and(|max| attempt >= max) {
-                return Err(Error::new(
-                    last.kind(),
-                    format!("giving up after {attempt} reconnect attempts"),
-                )
-                .with_source(last));
-            }
-            tracing::warn!(attempt, error = %last, "replication connection lost; reconnecting");
-            tokio::time::sleep(policy.delay(attempt)).await;
-            attempt += 1;
-            match self.resume_stream().await {
-                Ok(()) => return Ok(()),
-                Err(e) if e.is_transient() => last = e,
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Takes the snapshot again after a transient failure, with backoff.
-    async fn retry_snapshot(&mut self, cause: Error) -> Result<()> {
-        let policy = self.options.reconnect;
-        let mut last = cause;
-        let mut attempt = 0;
-        loop {
-            if policy.max_attempts.is_some_and(|max| attempt >= max) {
-                return Err(Error::new(
-                    last.kind(),
-                    format!("giving up on the snapshot after {attempt} attempts"),
-                )
-                .with_source(last));
-            }
-            tracing::warn!(attempt, error = %last, "snapshot interrupted; taking it again");
-            tokio::time::sleep(policy.delay(attempt)).await;
-            attempt += 1;
-            match start::restart_snapshot(self).await {
-                Ok(()) => return Ok(()),
-                Err(e) if e.is_transient() => last = e,
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Opens a new replication session from the confirmed position.
-    async fn resume_stream(&mut self) -> Result<()> {
-        self.stream = None;
-        let mut conn = ReplicationConnection::connect(&self.options.config.connection).await?;
-        let system = conn.identify_system().await?;
-        if let Some(identity) = &self.identity {
-            crate::conn::check_resume(identity, &system.identity(&identity.database, &self.slot))?;
-        }
-        let Some(pgoutput) = self.pgoutput.clone() else {
-            return Err(Error::protocol("internal: reconnect before start"));
-        };
-        let version = ProtocolVersion::from_number(pgoutput.protocol_version(self.server_version)?)
-            .unwrap_or(ProtocolVersion::V1);
-        match self.assembler.as_mut() {
-            // Keeps the schemas delivered so far, so a change across sessions is detected.
-            Some(assembler) => assembler.reset_session(),
-            None => self.assembler = Some(ChangeAssembler::new(self.assembler_config(version))),
-        }
-        self.pending.clear();
-        self.inbox.clear();
-        if let Some(backfill) = self.backfill.as_mut() {
-            // Chunk rows still queued went with the queue; those already in the batch
-            // being built stay and will be handed out. Continue from what that covers,
-            // with the stream's new starting point.
-            let kept = backfill.progress_for(
-                self.queued_upto,
-                self.covered_end.max(self.building.commit_end),
-            );
-            self.backfill =
-                Some(backfill.for_new_session(kept, self.confirmed, self.queued_upto)?);
-        }
-        let stream = conn
-            .start_replication(&self.slot, self.confirmed, &pgoutput, self.options.stream)
-            .await?;
-        stream.set_flushed(self.confirmed);
-        self.stream = Some(stream);
-        Ok(())
     }
 }
 
@@ -647,10 +561,15 @@ impl PgSource {
                 continue;
             }
             // Everything received is processed: hand the batch on now instead of waiting
-            // for its size or latency limit (those bound it under load, when more is
-            // always already here). What arrived meanwhile goes in first.
+            // for its size or latency limit. What the stream had already read goes in
+            // first, once: taking more until nothing arrives would hold a batch for its
+            // whole latency limit under a steady load. The sink's pace makes batches
+            // large under load (the stream buffers while a batch is written).
             if !self.building.is_empty() && self.pending.is_empty() {
-                if let Some(more) = self.stream.as_mut().and_then(|s| s.try_next_chunk()) {
+                if !self.took_ready
+                    && let Some(more) = self.stream.as_mut().and_then(|s| s.try_next_chunk())
+                {
+                    self.took_ready = true;
                     self.inbox.extend(more);
                     continue;
                 }

@@ -13,6 +13,10 @@
 //! Rates are changes per second: up to 1,000 in one-row transactions, above in 100-row
 //! transactions; `max` writes as fast as two connections can. Every consumer runs with
 //! default settings. Prints a table and writes an SVG plot (`--plot PATH`).
+//!
+//! The `stdout` run also serves `--metrics-addr` and scrapes `pgcdc_lag_seconds` every
+//! 100 ms while the load runs, next to the same quantity measured here (now − the commit
+//! stamp of the last row read from pgcdc's stdout): the table reports how far they differ.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -34,6 +38,52 @@ use crate::drain::{bench_cluster, create_slot};
 
 /// Latencies in milliseconds, shared between a reader and the scenario.
 type Samples = Arc<Mutex<Vec<f64>>>;
+
+/// The stdout consumer's metrics address and the commit stamp of the last row it printed.
+#[derive(Clone, Default)]
+struct LagProbe {
+    addr: Arc<Mutex<Option<std::net::SocketAddr>>>,
+    last_seen_us: Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl LagProbe {
+    /// Scrapes `pgcdc_lag_seconds` every 100 ms until `stop`; returns |metric − measured|
+    /// in ms for every scrape taken while rows had been seen.
+    fn scrape_until(&self, stop: &std::sync::atomic::AtomicBool) -> Vec<f64> {
+        let mut diffs = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(100));
+            let Some(addr) = self.addr.lock().ok().and_then(|a| *a) else {
+                continue;
+            };
+            let now = now_us();
+            let seen = self.last_seen_us.load(std::sync::atomic::Ordering::SeqCst);
+            let Some(metric_s) = scrape_lag(addr) else {
+                continue;
+            };
+            if seen > 0 {
+                let measured_ms = (now - seen) as f64 / 1000.0;
+                diffs.push((metric_s * 1000.0 - measured_ms).abs());
+            }
+        }
+        diffs
+    }
+}
+
+/// `pgcdc_lag_seconds` from `/metrics` at `addr`.
+fn scrape_lag(addr: std::net::SocketAddr) -> Option<f64> {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\n\r\n")
+        .ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).ok()?;
+    body.lines()
+        .find_map(|l| l.strip_prefix("pgcdc_lag_seconds "))
+        .and_then(|v| v.trim().parse().ok())
+}
 
 fn now_us() -> i64 {
     SystemTime::now()
@@ -66,8 +116,15 @@ pub async fn run(args: &Args) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let mut table = Table::new([
-        "consumer", "rate (changes/s)", "achieved changes/s", "samples", "p50 ms", "p95 ms",
-        "p99 ms", "max ms",
+        "consumer",
+        "rate (changes/s)",
+        "achieved changes/s",
+        "samples",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "max ms",
+        "pgcdc_lag_seconds − measured: median / max abs. difference, ms",
     ]);
     let mut points: Vec<(String, f64, [f64; 4])> = Vec::new();
     for consumer in &consumers {
@@ -75,9 +132,32 @@ pub async fn run(args: &Args) -> Result<(), String> {
             let slot = format!("lat_{}_{}", consumer.replace('-', "_"), rate);
             create_slot(&cluster, &slot).await?;
             let samples: Samples = Arc::new(Mutex::new(Vec::new()));
-            let running = start_consumer(consumer, &cluster, &slot, &pgcdc, &samples).await?;
+            let probe = LagProbe::default();
+            let running =
+                start_consumer(consumer, &cluster, &slot, &pgcdc, &samples, &probe).await?;
             tokio::time::sleep(Duration::from_millis(1500)).await;
+            let scraping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let scraper = (consumer == "stdout").then(|| {
+                let probe = probe.clone();
+                let stop = scraping.clone();
+                std::thread::spawn(move || probe.scrape_until(&stop))
+            });
             let written = load(&cluster, rate, Duration::from_secs(seconds)).await?;
+            scraping.store(true, std::sync::atomic::Ordering::SeqCst);
+            let mut lag_diffs = scraper
+                .map(|s| s.join().unwrap_or_default())
+                .unwrap_or_default();
+            lag_diffs.sort_by(f64::total_cmp);
+            let agreement = if lag_diffs.is_empty() {
+                "–".to_owned()
+            } else {
+                format!(
+                    "{:.1} / {:.1} ({} scrapes)",
+                    lag_diffs[lag_diffs.len() / 2],
+                    lag_diffs[lag_diffs.len() - 1],
+                    lag_diffs.len()
+                )
+            };
             // Let the tail arrive (a consumer that fell behind at `max` catches up).
             let deadline = Instant::now() + Duration::from_secs(120);
             while samples.lock().map_or(0, |s| s.len() as u64) < written
@@ -99,7 +179,12 @@ pub async fn run(args: &Args) -> Result<(), String> {
                     .copied()
                     .unwrap_or(f64::NAN)
             };
-            let stats = [pct(0.50), pct(0.95), pct(0.99), all.last().copied().unwrap_or(f64::NAN)];
+            let stats = [
+                pct(0.50),
+                pct(0.95),
+                pct(0.99),
+                all.last().copied().unwrap_or(f64::NAN),
+            ];
             let achieved = written as f64 / seconds as f64;
             eprintln!(
                 "  {consumer} at {rate}: {} samples of {written} rows, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
@@ -123,6 +208,7 @@ pub async fn run(args: &Args) -> Result<(), String> {
                 format!("{:.1}", stats[1]),
                 format!("{:.1}", stats[2]),
                 format!("{:.1}", stats[3]),
+                agreement,
             ]);
             points.push((consumer.clone(), achieved, stats));
         }
@@ -163,8 +249,14 @@ async fn load(cluster: &Cluster, rate: &str, duration: Duration) -> Result<u64, 
          SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8, 'p' FROM generate_series(1, {per_tx})"
     );
     let clients = [
-        cluster.connect("postgres").await.map_err(|e| e.to_string())?,
-        cluster.connect("postgres").await.map_err(|e| e.to_string())?,
+        cluster
+            .connect("postgres")
+            .await
+            .map_err(|e| e.to_string())?,
+        cluster
+            .connect("postgres")
+            .await
+            .map_err(|e| e.to_string())?,
     ];
     // The benchmark cluster commits asynchronously (for throughput runs); a walsender
     // sends only WAL that is flushed, so an asynchronous commit would wait for the WAL
@@ -194,7 +286,10 @@ async fn load(cluster: &Cluster, rate: &str, duration: Duration) -> Result<u64, 
                 } else if started.elapsed() >= duration {
                     break;
                 }
-                client.batch_execute(&sql).await.map_err(|e| e.to_string())?;
+                client
+                    .batch_execute(&sql)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 written += per_tx;
             }
             Ok::<u64, String>(written)
@@ -259,6 +354,7 @@ async fn start_consumer(
     slot: &str,
     pgcdc: &Path,
     samples: &Samples,
+    probe: &LagProbe,
 ) -> Result<Running, String> {
     let uri = cluster.uri("postgres", ADMIN_USER, None);
     let base = [
@@ -282,20 +378,40 @@ async fn start_consumer(
         "stdout" => {
             let mut child = Command::new(pgcdc)
                 .args(base)
+                .args(["--metrics-addr", "127.0.0.1:0"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
+                .stderr(Stdio::piped())
                 .spawn()
                 .map_err(|e| e.to_string())?;
             let stdout = child.stdout.take().ok_or("no stdout")?;
+            let stderr = child.stderr.take().ok_or("no stderr")?;
+            let addr = probe.addr.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    if let Some(found) = line
+                        .split("http://")
+                        .nth(1)
+                        .and_then(|rest| rest.split('/').next())
+                        .and_then(|a| a.parse().ok())
+                        && let Ok(mut slot) = addr.lock()
+                    {
+                        *slot = Some(found);
+                    }
+                    eprintln!("{line}");
+                }
+            });
             let samples = samples.clone();
+            let last_seen = probe.last_seen_us.clone();
             let reader = std::thread::spawn(move || {
                 for line in BufReader::new(stdout).lines() {
                     let Ok(line) = line else { break };
                     if let Some(at) = committed_us(&line) {
-                        let ms = (now_us() - at) as f64 / 1000.0;
+                        let now = now_us();
+                        last_seen.store(at, std::sync::atomic::Ordering::SeqCst);
                         if let Ok(mut s) = samples.lock() {
-                            s.push(ms);
+                            s.push((now - at) as f64 / 1000.0);
                         }
                     }
                 }
@@ -407,7 +523,10 @@ fn follow_checkpoints(dir: &Path, samples: &Samples, stop: &std::sync::atomic::A
 
 /// The length the checkpoint records for `public.lat.json`.
 fn committed_length(checkpoint: &str) -> Option<u64> {
-    let rest = checkpoint.split("\"public.lat.json\":").nth(1)?.trim_start();
+    let rest = checkpoint
+        .split("\"public.lat.json\":")
+        .nth(1)?
+        .trim_start();
     let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
     digits.parse().ok()
 }
@@ -459,11 +578,20 @@ fn svg_plot(points: &[(String, f64, [f64; 4])]) -> String {
         .map(|v| v.max(0.1))
         .collect();
     let (rmin, rmax) = (
-        rates.iter().copied().fold(f64::MAX, f64::min).log10().floor(),
+        rates
+            .iter()
+            .copied()
+            .fold(f64::MAX, f64::min)
+            .log10()
+            .floor(),
         rates.iter().copied().fold(1.0, f64::max).log10().ceil(),
     );
     let (lmin, lmax) = (
-        lats.iter().copied().fold(f64::MAX, f64::min).log10().floor(),
+        lats.iter()
+            .copied()
+            .fold(f64::MAX, f64::min)
+            .log10()
+            .floor(),
         lats.iter().copied().fold(1.0, f64::max).log10().ceil(),
     );
     let x = |r: f64| left + (r.max(1.0).log10() - rmin) / (rmax - rmin).max(1.0) * pw;

@@ -1,0 +1,104 @@
+//! Recovery of a [`PgSource`]: a lost replication connection is reopened from the
+//! confirmed position, an interrupted consistent snapshot is taken again, both with
+//! backoff, and the online snapshot's bookkeeping follows the new session.
+
+use cdc_core::{Error, Result};
+
+use super::stats::SourceState;
+use super::{PgSource, start};
+use crate::conn::ReplicationConnection;
+use cdc_pgoutput::changes::ChangeAssembler;
+use cdc_pgoutput::protocol::pgoutput::ProtocolVersion;
+
+impl PgSource {
+    /// Reconnects after `cause` (counted in the statistics under `label`).
+    pub(super) async fn reconnect(&mut self, cause: Error, label: &'static str) -> Result<()> {
+        self.stats.reconnect(label);
+        self.stats
+            .set_state(SourceState::Reconnecting, Some(cause.to_string()));
+        self.reported_state = SourceState::Reconnecting;
+        let policy = self.options.reconnect;
+        let mut last = cause;
+        let mut attempt = 0;
+        loop {
+            if policy.max_attempts.is_some_and(|max| attempt >= max) {
+                return Err(Error::new(
+                    last.kind(),
+                    format!("giving up after {attempt} reconnect attempts"),
+                )
+                .with_source(last));
+            }
+            tracing::warn!(attempt, error = %last, "replication connection lost; reconnecting");
+            tokio::time::sleep(policy.delay(attempt)).await;
+            attempt += 1;
+            match self.resume_stream().await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_transient() => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Takes the snapshot again after a transient failure, with backoff.
+    pub(super) async fn retry_snapshot(&mut self, cause: Error) -> Result<()> {
+        let policy = self.options.reconnect;
+        let mut last = cause;
+        let mut attempt = 0;
+        loop {
+            if policy.max_attempts.is_some_and(|max| attempt >= max) {
+                return Err(Error::new(
+                    last.kind(),
+                    format!("giving up on the snapshot after {attempt} attempts"),
+                )
+                .with_source(last));
+            }
+            tracing::warn!(attempt, error = %last, "snapshot interrupted; taking it again");
+            tokio::time::sleep(policy.delay(attempt)).await;
+            attempt += 1;
+            match start::restart_snapshot(self).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_transient() => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Opens a new replication session from the confirmed position.
+    async fn resume_stream(&mut self) -> Result<()> {
+        self.stream = None;
+        let mut conn = ReplicationConnection::connect(&self.options.config.connection).await?;
+        let system = conn.identify_system().await?;
+        if let Some(identity) = &self.identity {
+            crate::conn::check_resume(identity, &system.identity(&identity.database, &self.slot))?;
+        }
+        let Some(pgoutput) = self.pgoutput.clone() else {
+            return Err(Error::protocol("internal: reconnect before start"));
+        };
+        let version = ProtocolVersion::from_number(pgoutput.protocol_version(self.server_version)?)
+            .unwrap_or(ProtocolVersion::V1);
+        match self.assembler.as_mut() {
+            // Keeps the schemas delivered so far, so a change across sessions is detected.
+            Some(assembler) => assembler.reset_session(),
+            None => self.assembler = Some(ChangeAssembler::new(self.assembler_config(version))),
+        }
+        self.pending.clear();
+        self.inbox.clear();
+        if let Some(backfill) = self.backfill.as_mut() {
+            // Chunk rows still queued went with the queue; those already in the batch
+            // being built stay and will be handed out. Continue from what that covers,
+            // with the stream's new starting point.
+            let kept = backfill.progress_for(
+                self.queued_upto,
+                self.covered_end.max(self.building.commit_end),
+            );
+            self.backfill =
+                Some(backfill.for_new_session(kept, self.confirmed, self.queued_upto)?);
+        }
+        let stream = conn
+            .start_replication(&self.slot, self.confirmed, &pgoutput, self.options.stream)
+            .await?;
+        stream.set_flushed(self.confirmed);
+        self.stream = Some(stream);
+        Ok(())
+    }
+}
