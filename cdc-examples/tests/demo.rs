@@ -55,6 +55,15 @@ fn demo_streams_feldera_json_and_exits_cleanly_on_sigint() {
         "no live updates and deletes; stderr:\n{}",
         stderr.snapshot().join("\n")
     );
+    // Output reaches stdout as soon as it is streamed, which can be before the status
+    // line reports the snapshot (on its next tick): wait for that line too.
+    assert!(
+        stderr.wait_for(Duration::from_secs(30), |lines| lines
+            .iter()
+            .any(|l| l.contains("snapshot complete"))),
+        "no snapshot status line; stderr:\n{}",
+        stderr.snapshot().join("\n")
+    );
     signal(child.id(), libc::SIGINT);
     let status = wait_status(&mut child, Duration::from_secs(60));
     let (out, err) = (stdout.finish(), stderr.finish());
