@@ -341,6 +341,7 @@ fn run_scenario(
         crash_after_ms,
         completion,
         true,
+        Duration::from_millis(20),
     )
 }
 
@@ -351,6 +352,7 @@ fn run_scenario_with(
     crash_after_ms: Vec<u64>,
     completion: bool,
     keep_acks: bool,
+    checkpoint_interval: Duration,
 ) -> std::result::Result<(), TestCaseError> {
     let mode = if completion {
         CommitMode::Completion
@@ -381,7 +383,7 @@ fn run_scenario_with(
         .unwrap();
     let config = PipelineConfig {
         commit_mode: mode,
-        checkpoint_interval: Duration::from_millis(20),
+        checkpoint_interval,
         max_in_flight_bytes: 4096,
         max_in_flight_batches: 4,
     };
@@ -468,6 +470,12 @@ proptest! {
 }
 
 #[test]
+fn a_zero_checkpoint_interval_checkpoints_every_millisecond_instead_of_panicking() {
+    let txs = (0..20).map(|i| (1 + i % 4, i % 3 != 0)).collect();
+    run_scenario_with(txs, vec![3], vec![0], vec![], false, true, Duration::ZERO).unwrap();
+}
+
+#[test]
 fn empty_stream_ends_cleanly() {
     run_scenario(vec![], vec![3], vec![0], vec![], false).unwrap();
 }
@@ -501,7 +509,16 @@ fn a_sink_that_drops_its_acknowledger_still_streams() {
     // Every write and checkpoint acknowledged by return value; the dropped Acknowledger
     // must not stall (or spin) the pipeline.
     let txs = [4, 2, 0, 7].map(|n| (n, false)).to_vec();
-    run_scenario_with(txs, vec![3], vec![0], vec![], false, false).unwrap();
+    run_scenario_with(
+        txs,
+        vec![3],
+        vec![0],
+        vec![],
+        false,
+        false,
+        Duration::from_millis(20),
+    )
+    .unwrap();
 }
 
 #[test]

@@ -24,7 +24,8 @@ pub struct PipelineConfig {
     /// Which acknowledgement moves the source's confirmed position. See [`CommitMode`]:
     /// `Completion` is only correct for stateless sinks with idempotent output.
     pub commit_mode: CommitMode,
-    /// How often the pipeline asks the sink to checkpoint while data is flowing.
+    /// How often the pipeline asks the sink to checkpoint while data is flowing (at
+    /// least every millisecond: a zero interval counts as 1 ms).
     pub checkpoint_interval: Duration,
     /// Bytes written to the sink and not yet processed before the pipeline stops reading
     /// from the source (backpressure).
@@ -191,7 +192,12 @@ impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
             confirmed: start,
             reported_idle: false,
         };
-        let mut checkpoint_timer = tokio::time::interval(self.config.checkpoint_interval);
+        // A zero interval would make tokio's timer panic; 1 ms is as often as makes sense.
+        let mut checkpoint_timer = tokio::time::interval(
+            self.config
+                .checkpoint_interval
+                .max(Duration::from_millis(1)),
+        );
         checkpoint_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let confirm_handle = source.confirm_handle();
         // The source runs in its own task, so a `next_batch` call is never interrupted by
