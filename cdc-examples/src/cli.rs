@@ -264,6 +264,11 @@ pub struct StreamArgs {
     /// PREPARE, so a restart receives them again.
     #[arg(long)]
     pub two_phase: bool,
+    /// Create the slot as a failover slot (PostgreSQL 17+): standbys with
+    /// `sync_replication_slots = on` keep a synced copy, so the stream resumes on a
+    /// promoted standby.
+    #[arg(long)]
+    pub failover: bool,
     /// Metrics endpoint.
     #[command(flatten)]
     pub metrics: MetricsArgs,

@@ -296,6 +296,7 @@ mod conn {
             temporary: true,
             snapshot: SnapshotAction::NoExport,
             two_phase: false,
+            failover: false,
         };
         let created = repl.create_slot("cmd_temp", temporary).await.unwrap();
         assert_eq!(created.snapshot_name, None);

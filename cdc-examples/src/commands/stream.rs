@@ -35,6 +35,7 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
     config.commit_mode = CommitMode::from(args.commit_mode);
     config.streaming = args.streaming.into();
     config.two_phase = args.two_phase;
+    config.failover = args.failover;
     if args.commit_mode == CommitModeArg::Completion && args.out_dir.is_some() && !quiet {
         eprintln!(
             "pgcdc: warning: --commit-mode completion with --out-dir: a crash can lose the changes written since the last checkpoint (the slot has moved past them); the restart then reports that a resync is needed"

@@ -474,6 +474,9 @@ pub struct SourceConfig {
     /// While a prepared transaction is open the slot is confirmed no further than its
     /// PREPARE, so a restart receives it again.
     pub two_phase: bool,
+    /// Create the slot as a failover slot (PostgreSQL 17+; default off): standbys with
+    /// `sync_replication_slots` keep a synced copy, so the stream survives a promotion.
+    pub failover: bool,
 }
 
 impl SourceConfig {
@@ -494,6 +497,7 @@ impl SourceConfig {
             batch: BatchLimits::default(),
             streaming: Streaming::default(),
             two_phase: false,
+            failover: false,
         };
         config.validate()?;
         Ok(config)

@@ -113,6 +113,9 @@ pub struct SourceConfigJson {
     /// COMMIT PREPARED either way (default false).
     #[serde(default)]
     pub two_phase: bool,
+    /// Create the slot as a failover slot (PostgreSQL 17+; default false).
+    #[serde(default)]
+    pub failover: bool,
 }
 
 fn parse_commit_mode(text: &str) -> Result<CommitMode, Error> {
@@ -229,6 +232,7 @@ impl TryFrom<SourceConfigJson> for SourceConfig {
             batch,
             streaming: json.streaming,
             two_phase: json.two_phase,
+            failover: json.failover,
         };
         config.validate()?;
         Ok(config)

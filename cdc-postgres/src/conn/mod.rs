@@ -46,6 +46,7 @@ pub mod slot;
 pub mod sql;
 pub mod stream;
 mod tcp_keepalive;
+pub mod timeline;
 pub mod tls;
 mod transport;
 mod wire;

@@ -68,6 +68,9 @@ pub struct CreateSlotOptions {
     pub snapshot: SnapshotAction,
     /// Enable decoding of prepared transactions (PostgreSQL 15+).
     pub two_phase: bool,
+    /// A failover slot (PostgreSQL 17+): synced to standbys that have
+    /// `sync_replication_slots` on, so it survives a promotion.
+    pub failover: bool,
 }
 
 /// What `CREATE_REPLICATION_SLOT` returns.
@@ -348,6 +351,20 @@ impl ReplicationConnection {
             .ok_or_else(|| Error::protocol(format!("SHOW {name} returned no value")))
     }
 
+    /// `TIMELINE_HISTORY tli`: the history file of timeline `tli` (its ancestors and where
+    /// each ended), as text.
+    pub async fn timeline_history(&mut self, timeline: u32) -> Result<String> {
+        let results = self
+            .wire
+            .simple_query(&format!("TIMELINE_HISTORY {timeline}"), Activity::Command)
+            .await?;
+        results
+            .first()
+            .and_then(|r| r.get(0, "content"))
+            .map(str::to_owned)
+            .ok_or_else(|| Error::protocol("TIMELINE_HISTORY returned no content"))
+    }
+
     /// `IDENTIFY_SYSTEM`: system identifier, timeline, WAL position and database.
     pub async fn identify_system(&mut self) -> Result<SystemInfo> {
         let results = self
@@ -404,11 +421,26 @@ impl ReplicationConnection {
             if options.two_phase {
                 command.push_str(", TWO_PHASE true");
             }
+            if options.failover {
+                if self.server_version_num < 170000 {
+                    return Err(Error::config(format!(
+                        "failover slots need PostgreSQL 17+, but the server is version {}",
+                        version_text(self.server_version_num)
+                    )));
+                }
+                command.push_str(", FAILOVER true");
+            }
             command.push(')');
         } else {
-            if options.two_phase {
+            if options.two_phase || options.failover {
                 return Err(Error::config(format!(
-                    "two-phase slots need PostgreSQL 15+, but the server is version {}",
+                    "{} slots need PostgreSQL {}+, but the server is version {}",
+                    if options.failover {
+                        "failover"
+                    } else {
+                        "two-phase"
+                    },
+                    if options.failover { 17 } else { 15 },
                     version_text(self.server_version_num)
                 )));
             }

@@ -104,7 +104,7 @@ impl SlotProblem {
     pub fn message(&self) -> String {
         match self {
             SlotProblem::Missing { slot } => format!(
-                "replication slot {slot:?} does not exist, but the saved position belongs to it: it was dropped, so changes since may be gone"
+                "replication slot {slot:?} does not exist, but the saved position belongs to it: it was dropped, or this server was promoted from a standby and the slot was not a failover slot (an ordinary slot stays on the old primary; PostgreSQL 17+ syncs failover slots, --failover), so changes since may be gone"
             ),
             SlotProblem::Invalidated { slot, reason } => format!(
                 "replication slot {slot:?} is invalidated ({reason}): {}; it can no longer stream",

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use cdc_core::{BackfillProgress, Error, Lsn, Result, ResumeToken, TableName};
+use cdc_core::{BackfillProgress, Error, Lsn, Result, ResumeToken, SourceIdentity, TableName};
 
 use super::backfill_phase::{BackfillOptions, BackfillPhase};
 use super::snapshot_phase::SnapshotPhase;
@@ -73,7 +73,8 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
         .unwrap_or_else(|| config.connection.dbname.clone());
     let identity = system.identity(&database, &source.slot);
     if let Some(token) = resume {
-        check_resume(&token.source, &identity)?;
+        let comparable = judged_timeline(&mut repl, token, &identity).await?;
+        check_resume(&token.source, &comparable)?;
     }
     source.identity = Some(identity);
     if let Some(token) = resume.filter(|_| snapshot_only_done) {
@@ -221,6 +222,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                         temporary: false,
                         snapshot: SnapshotAction::NoExport,
                         two_phase: source.pgoutput.as_ref().is_some_and(|p| p.two_phase),
+                        failover: source.options.config.failover,
                     },
                 )
                 .await?;
@@ -289,6 +291,7 @@ pub(super) async fn begin_snapshot(
             temporary,
             snapshot: SnapshotAction::Export,
             two_phase: source.pgoutput.as_ref().is_some_and(|p| p.two_phase),
+            failover: source.options.config.failover,
         },
     )
     .await?;
@@ -471,4 +474,42 @@ async fn verify_slot_after_start(source: &PgSource, walsender: i32) -> Result<()
         Some(problem) => Err(problem.to_error()),
         None => Ok(()),
     }
+}
+
+/// The server's identity as the token may compare it: when the server has moved to a later
+/// timeline (a promotion, a restore) and everything the token covers lies in the history
+/// the two share ([`crate::conn::timeline::judge_timeline_switch`]), the token's timeline
+/// stands in for the server's; otherwise the server's own, which `check_resume` refuses.
+async fn judged_timeline(
+    repl: &mut ReplicationConnection,
+    token: &ResumeToken,
+    identity: &SourceIdentity,
+) -> Result<SourceIdentity> {
+    if token.source.system_identifier != identity.system_identifier
+        || token.source.timeline >= identity.timeline
+    {
+        return Ok(identity.clone());
+    }
+    let history =
+        crate::conn::timeline::parse_history(&repl.timeline_history(identity.timeline).await?)?;
+    let covered = token
+        .commit_end
+        .unwrap_or(Lsn::ZERO)
+        .max(token.position.map_or(Lsn::ZERO, |p| p.commit_lsn));
+    crate::conn::timeline::judge_timeline_switch(
+        &token.source,
+        covered,
+        identity.timeline,
+        &history,
+    )?;
+    tracing::warn!(
+        from = token.source.timeline,
+        to = identity.timeline,
+        %covered,
+        "the server changed timeline since the resume token was taken; everything the token covers is in its history: resuming"
+    );
+    Ok(SourceIdentity {
+        timeline: token.source.timeline,
+        ..identity.clone()
+    })
 }
