@@ -211,7 +211,10 @@ impl PipelineStats {
             c.received_lsn.fetch_max(p.commit_lsn.0, Relaxed);
         }
         let mut in_snapshot_rows = 0;
+        // One pass, one lock per batch: the per-table counts ride along.
+        let mut tables = lock(&c.tables);
         for event in &batch.events {
+            tables.record(event);
             match &event.kind {
                 EventKind::Commit(commit) => c
                     .last_commit_time_micros
@@ -231,7 +234,6 @@ impl PipelineStats {
             }
         }
         c.snapshot_rows.fetch_add(in_snapshot_rows, Relaxed);
-        lock(&c.tables).record(&batch.events);
     }
 
     pub(crate) fn set_in_flight(&self, n: usize) {

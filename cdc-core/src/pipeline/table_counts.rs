@@ -69,30 +69,29 @@ pub(super) struct TableCounts {
 }
 
 impl TableCounts {
-    pub(super) fn record(&mut self, events: &[ChangeEvent]) {
-        for event in events {
-            match &event.kind {
-                EventKind::Insert { table, .. } => {
-                    let op = if self.copying.contains(&table.name) {
-                        if let Some(p) = self.snapshot.get_mut(&table.name) {
-                            p.rows += 1;
-                        }
-                        ChangeOp::Snapshot
-                    } else {
-                        ChangeOp::Insert
-                    };
-                    self.count(&table.name, op);
-                }
-                EventKind::Update { table, .. } => self.count(&table.name, ChangeOp::Update),
-                EventKind::Delete { table, .. } => self.count(&table.name, ChangeOp::Delete),
-                EventKind::Truncate { tables, .. } => {
-                    for table in tables {
-                        self.count(&table.name, ChangeOp::Truncate);
+    /// Counts one event written to the sink.
+    pub(super) fn record(&mut self, event: &ChangeEvent) {
+        match &event.kind {
+            EventKind::Insert { table, .. } => {
+                let op = if self.copying.contains(&table.name) {
+                    if let Some(p) = self.snapshot.get_mut(&table.name) {
+                        p.rows += 1;
                     }
-                }
-                EventKind::Snapshot(marker) => self.snapshot_marker(marker),
-                _ => {}
+                    ChangeOp::Snapshot
+                } else {
+                    ChangeOp::Insert
+                };
+                self.count(&table.name, op);
             }
+            EventKind::Update { table, .. } => self.count(&table.name, ChangeOp::Update),
+            EventKind::Delete { table, .. } => self.count(&table.name, ChangeOp::Delete),
+            EventKind::Truncate { tables, .. } => {
+                for table in tables {
+                    self.count(&table.name, ChangeOp::Truncate);
+                }
+            }
+            EventKind::Snapshot(marker) => self.snapshot_marker(marker),
+            _ => {}
         }
     }
 
@@ -196,7 +195,7 @@ mod tests {
             })
         };
         let mut counts = TableCounts::default();
-        counts.record(&[
+        let events = [
             event(EventKind::Snapshot(SnapshotMarker::TableStarted(
                 t.name.clone(),
             ))),
@@ -211,7 +210,10 @@ mod tests {
                 table: t.clone(),
                 old: None,
             }),
-        ]);
+        ];
+        for e in &events {
+            counts.record(e);
+        }
         let changes = counts.changes();
         let get = |op: ChangeOp| {
             changes

@@ -403,16 +403,6 @@ impl Streaming {
             other => other,
         }
     }
-
-    /// The configuration spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Streaming::Auto => "auto",
-            Streaming::Off => "off",
-            Streaming::On => "on",
-            Streaming::Parallel => "parallel",
-        }
-    }
 }
 
 /// What happens before streaming when the slot is new.
