@@ -91,6 +91,11 @@
 //! # }
 //! ```
 //!
+//! # NATS JetStream
+//!
+//! [`NatsCluster`] starts throwaway `nats-server -js` nodes: one, or a three-node JetStream
+//! cluster on loopback ports, with `kill -9` and restart of a node.
+//!
 //! # Running as root
 //!
 //! PostgreSQL refuses to run as root. When the tests run as root (as in CI), the server
@@ -103,6 +108,7 @@ mod binaries;
 mod cache;
 mod cluster;
 mod error;
+mod nats;
 mod os;
 mod tls;
 
@@ -114,6 +120,7 @@ pub use cluster::{
     ADMIN_PASSWORD, ADMIN_USER, AuthMethod, Cluster, ClusterBuilder, HOST, KEEP_ENV, StandbyBuilder,
 };
 pub use error::{Error, Result};
+pub use nats::{NATS_SERVER_ENV, NatsCluster, nats_server_binary};
 pub use tls::{DEFAULT_SERVER_NAMES, IssuedCert, TlsFiles};
 
 /// Re-export of the client library the helpers return.

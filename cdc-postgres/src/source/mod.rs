@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use cdc_core::{
     ChangeBatch, ChangeEvent, ConfirmHandle, Error, ErrorKind, EventKind, Lsn, Position, Result,
-    ResumeToken, Source, SourceIdentity,
+    ResumeToken, SnapshotMarker, Source, SourceIdentity,
 };
 
 pub use options::{PgSourceOptions, ReconnectPolicy};
@@ -112,6 +112,9 @@ pub struct PgSource {
     stream_had_turn: bool,
     /// The batch being built already took what the stream had read (see `next_batch`).
     took_ready: bool,
+    /// The batch being built holds a chunk's `ChunkStarted` but not yet its
+    /// `ChunkCompleted`: the batch limits wait for the chunk's end (see `fill`).
+    building_chunk: bool,
     stats: SourceStats,
     /// The state last reported to `stats`.
     reported_state: SourceState,
@@ -152,6 +155,7 @@ impl PgSource {
             backfill_progress: None,
             stream_had_turn: true,
             took_ready: false,
+            building_chunk: false,
             stats: SourceStats::default(),
             reported_state: SourceState::Starting,
             slot_poller: None,
@@ -232,8 +236,35 @@ impl PgSource {
                         self.building_since = Some(Instant::now());
                     }
                     let is_commit = matches!(event.kind, EventKind::Commit(_));
+                    let chunk_marker = match &event.kind {
+                        EventKind::Snapshot(SnapshotMarker::ChunkStarted { .. }) => Some(true),
+                        EventKind::Snapshot(SnapshotMarker::ChunkCompleted { .. }) => Some(false),
+                        _ => None,
+                    };
                     let end_before = self.building.commit_end;
                     self.building.push(event);
+                    match chunk_marker {
+                        Some(true) => self.building_chunk = true,
+                        Some(false) => {
+                            // A chunk is delivered whole and ends its batch (with the
+                            // table's completion when it is the last one), so a batch's
+                            // token never falls inside a chunk: a sink whose output cannot
+                            // be withdrawn (a JetStream stream) can make a chunk atomic.
+                            self.building_chunk = false;
+                            if let Some(Pending::Event(next)) = self.pending.front()
+                                && matches!(
+                                    next.kind,
+                                    EventKind::Snapshot(SnapshotMarker::TableCompleted { .. })
+                                )
+                                && let Some(Pending::Event(next)) = self.pending.pop_front()
+                            {
+                                self.queued_upto = Some(next.position);
+                                self.building.push(next);
+                            }
+                            return true;
+                        }
+                        None => {}
+                    }
                     if is_commit {
                         // How far the batch lets the slot be confirmed is the transaction's
                         // end as the stream put it right after the Commit (held back while
@@ -246,8 +277,9 @@ impl PgSource {
                     }
                 }
             }
-            if self.building.len() >= limits.max_events
-                || self.building.byte_size >= limits.max_bytes
+            if !self.building_chunk
+                && (self.building.len() >= limits.max_events
+                    || self.building.byte_size >= limits.max_bytes)
             {
                 return true;
             }

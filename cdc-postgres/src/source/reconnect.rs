@@ -82,6 +82,9 @@ impl PgSource {
             None => self.assembler = Some(ChangeAssembler::new(self.assembler_config(version))),
         }
         self.pending.clear();
+        // A chunk is pushed into the queue whole, so none is half in the batch; should
+        // one be, its end went with the queue and the limits must not wait for it.
+        self.building_chunk = false;
         self.inbox.clear();
         if let Some(backfill) = self.backfill.as_mut() {
             // Chunk rows still queued went with the queue; those already in the batch
