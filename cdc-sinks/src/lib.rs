@@ -15,6 +15,7 @@
 
 pub mod feldera;
 pub mod file;
+pub mod jetstream;
 pub mod memory;
 pub mod stdout;
 

@@ -1,0 +1,444 @@
+//! Sans-IO: a batch of change events → the JetStream messages that carry it (subjects,
+//! Feldera JSON payloads, headers), with replayed events skipped. The I/O layer only adds
+//! the stream-sequence chain and publishes.
+
+use std::collections::BTreeMap;
+
+use cdc_core::{
+    ChangeEvent, Error, EventKind, Position, ResumeToken, SnapshotMarker, SourceIdentity, TableName,
+};
+
+use super::headers as h;
+use super::subject::SubjectTemplate;
+use crate::feldera::{EncoderOptions, FelderaEncoder, Frame, FrameSet, Framing, PolicyLog};
+
+/// How change events are grouped into messages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Grouping {
+    /// One message per change (one Feldera envelope; two, on separate lines, for an
+    /// update that changes the key or of a table without one). Default.
+    #[default]
+    Event,
+    /// Consecutive changes of one table within one transaction in one message, one
+    /// envelope per line, up to the size limit; a message also ends at the end of a
+    /// written batch. Fewer, larger messages; the same envelopes.
+    Transaction,
+}
+
+/// Where a message's rows come from (header `Pgcdc-Origin`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A committed transaction read from the replication stream.
+    Stream,
+    /// The consistent initial snapshot.
+    Snapshot,
+    /// A chunk of an online snapshot.
+    Backfill,
+}
+
+impl Origin {
+    fn as_str(self) -> &'static str {
+        match self {
+            Origin::Stream => "stream",
+            Origin::Snapshot => "snapshot",
+            Origin::Backfill => "backfill",
+        }
+    }
+}
+
+/// One message to publish.
+#[derive(Clone, Debug)]
+pub(crate) struct OutMessage {
+    pub(crate) subject: String,
+    /// Feldera JSON envelopes, one per line; empty for a transaction's end marker.
+    pub(crate) payload: Vec<u8>,
+    /// Headers in order (the I/O layer adds the sequence chain).
+    pub(crate) headers: Vec<(&'static str, String)>,
+    /// The last event the message covers.
+    pub(crate) last: Position,
+}
+
+/// The open transaction, as far as messages need it.
+#[derive(Debug)]
+struct Tx {
+    xid: u32,
+    commit_lsn: String,
+    commit_time_unix_micros: i64,
+    /// Subject of the last message of this transaction published in an earlier batch.
+    earlier_subject: Option<String>,
+    /// Index in the current plan of its last message, if any.
+    last_in_plan: Option<usize>,
+}
+
+/// A message being filled (transaction grouping, and every online chunk).
+#[derive(Debug)]
+struct Open {
+    table: TableName,
+    origin: Origin,
+    frame: Frame,
+    first: Position,
+    last: Position,
+    chunk: Option<u64>,
+}
+
+/// Turns batches into messages. Keeps the encoder, the open transaction and the chunk
+/// state across batches.
+#[derive(Debug)]
+pub(crate) struct Planner {
+    template: SubjectTemplate,
+    grouping: Grouping,
+    encoder: FelderaEncoder,
+    /// Largest payload plus headers one message may have (the server's `max_payload`).
+    max_message_bytes: usize,
+    /// Events at or before this are in the stream already (replay after a restart).
+    pub(crate) applied_through: Option<Position>,
+    tx: Option<Tx>,
+    /// Inside an online chunk: its table and number.
+    chunk: Option<(TableName, u64)>,
+    /// Replayed events skipped.
+    pub(crate) skipped: u64,
+    scratch: Scratch,
+}
+
+/// The encoder's output for one event, per table.
+#[derive(Debug, Default)]
+struct Scratch {
+    frames: BTreeMap<TableName, Frame>,
+}
+
+impl FrameSet for Scratch {
+    fn frame(&mut self, table: &TableName) -> cdc_core::Result<&mut Frame> {
+        Ok(self
+            .frames
+            .entry(table.clone())
+            .or_insert_with(|| Frame::new(Framing::Lines)))
+    }
+
+    fn end_transaction(&mut self) {}
+}
+
+impl Planner {
+    pub(crate) fn new(
+        template: SubjectTemplate,
+        grouping: Grouping,
+        encoder: EncoderOptions,
+        log: PolicyLog,
+        max_message_bytes: usize,
+        applied_through: Option<Position>,
+    ) -> Self {
+        Planner {
+            template,
+            grouping,
+            encoder: FelderaEncoder::with_policy_log(encoder, log),
+            max_message_bytes,
+            applied_through,
+            tx: None,
+            chunk: None,
+            skipped: 0,
+            scratch: Scratch::default(),
+        }
+    }
+
+    /// The messages for `events`; the last one carries `token` (the batch's resume token).
+    /// On error nothing of the batch is to be published.
+    pub(crate) fn plan(
+        &mut self,
+        events: &[ChangeEvent],
+        token: &ResumeToken,
+    ) -> Result<Vec<OutMessage>, Error> {
+        let mut out = Vec::new();
+        let mut open: Option<Open> = None;
+        let source = &token.source;
+        for event in events {
+            if self.applied_through.is_some_and(|p| event.position <= p) {
+                self.skipped += 1;
+                continue;
+            }
+            match &event.kind {
+                EventKind::Begin(begin) => {
+                    self.close(&mut open, source, &mut out)?;
+                    self.tx = Some(Tx {
+                        xid: begin.xid,
+                        commit_lsn: begin.final_lsn.to_string(),
+                        commit_time_unix_micros: begin
+                            .commit_time_micros
+                            .saturating_add(POSTGRES_EPOCH_UNIX_MICROS),
+                        earlier_subject: None,
+                        last_in_plan: None,
+                    });
+                }
+                EventKind::Commit(_) => {
+                    self.close(&mut open, source, &mut out)?;
+                    if let Some(tx) = self.tx.take() {
+                        match (
+                            tx.last_in_plan.and_then(|i| out.get_mut(i)),
+                            &tx.earlier_subject,
+                        ) {
+                            (Some(last), _) => last.headers.push((h::TX_LAST, "true".into())),
+                            (None, Some(subject)) => {
+                                // Its messages went out with earlier batches, before its
+                                // end was known: an empty message marks the end.
+                                let mut headers = common_headers(source, event.position, 0);
+                                tx_headers(&tx, &mut headers);
+                                headers.push((h::TX_LAST, "true".into()));
+                                out.push(OutMessage {
+                                    subject: subject.clone(),
+                                    payload: Vec::new(),
+                                    headers,
+                                    last: event.position,
+                                });
+                            }
+                            (None, None) => {}
+                        }
+                    }
+                }
+                EventKind::Snapshot(SnapshotMarker::Restarted) => {
+                    return Err(Error::sink(
+                        "the source restarted the initial snapshot, but the rows of the interrupted one are already in the JetStream stream and cannot be withdrawn; purge the stream and delete pgcdc's resume entry (see README: JetStream), or use --snapshot online, whose chunks are never taken again",
+                    ));
+                }
+                EventKind::Snapshot(SnapshotMarker::ChunkStarted { table, chunk }) => {
+                    self.close(&mut open, source, &mut out)?;
+                    self.chunk = Some((table.clone(), *chunk));
+                }
+                EventKind::Snapshot(SnapshotMarker::ChunkCompleted { .. }) => {
+                    // The chunk's rows go out as one message: all or nothing.
+                    self.close(&mut open, source, &mut out)?;
+                    self.chunk = None;
+                }
+                EventKind::Insert { .. }
+                | EventKind::Update { .. }
+                | EventKind::Delete { .. }
+                | EventKind::Truncate { .. } => {
+                    self.row_event(event, &mut open, source, &mut out)?;
+                }
+                _ => {}
+            }
+            self.applied_through = Some(event.position);
+        }
+        if self.chunk.is_some() && open.is_some() {
+            return Err(Error::sink(
+                "internal: a batch ended inside an online snapshot chunk; the JetStream sink needs chunks whole (PgSource delivers them so)",
+            ));
+        }
+        self.close(&mut open, source, &mut out)?;
+        if let Some(tx) = self.tx.as_mut() {
+            // The transaction goes on in the next batch.
+            if let Some(i) = tx.last_in_plan.take()
+                && let Some(m) = out.get(i)
+            {
+                tx.earlier_subject = Some(m.subject.clone());
+            }
+        }
+        if let Some(last) = out.last_mut() {
+            last.headers.push((h::TOKEN, token.to_json()));
+        }
+        for m in &out {
+            let size = m.payload.len()
+                + m.headers
+                    .iter()
+                    .map(|(k, v)| k.len() + v.len() + 4)
+                    .sum::<usize>()
+                + 64;
+            if size > self.max_message_bytes {
+                return Err(Error::sink(format!(
+                    "a message for {} ({} bytes with headers, up to position {}) exceeds the server's max_payload of {} bytes; raise max_payload in the NATS server configuration{}",
+                    m.subject,
+                    size,
+                    m.last,
+                    self.max_message_bytes,
+                    if m.headers
+                        .iter()
+                        .any(|(k, v)| *k == h::ORIGIN && v == "backfill")
+                    {
+                        ", or make online snapshot chunks smaller (--chunk-rows): a chunk is one message"
+                    } else {
+                        ""
+                    }
+                )));
+            }
+        }
+        Ok(out)
+    }
+
+    fn origin(&self) -> Origin {
+        if self.tx.is_some() {
+            Origin::Stream
+        } else if self.chunk.is_some() {
+            Origin::Backfill
+        } else {
+            Origin::Snapshot
+        }
+    }
+
+    fn row_event(
+        &mut self,
+        event: &ChangeEvent,
+        open: &mut Option<Open>,
+        source: &SourceIdentity,
+        out: &mut Vec<OutMessage>,
+    ) -> Result<(), Error> {
+        self.scratch.frames.clear();
+        self.encoder.encode_event(event, &mut self.scratch)?;
+        let origin = self.origin();
+        let grouped = origin == Origin::Backfill || self.grouping == Grouping::Transaction;
+        let frames = std::mem::take(&mut self.scratch.frames);
+        for (part, (table, mut frame)) in frames.into_iter().enumerate() {
+            frame.end_batch();
+            if frame.is_empty() {
+                continue;
+            }
+            if grouped && frames_fit(open, &table, origin, frame.bytes().len(), self) {
+                if let Some(o) = open.as_mut() {
+                    o.frame.extend_raw(frame.bytes());
+                    o.last = event.position;
+                }
+                continue;
+            }
+            self.close(open, source, out)?;
+            if grouped {
+                let mut f = Frame::new(Framing::Lines);
+                f.extend_raw(frame.bytes());
+                *open = Some(Open {
+                    table,
+                    origin,
+                    frame: f,
+                    first: event.position,
+                    last: event.position,
+                    chunk: self.chunk.as_ref().map(|(_, c)| *c),
+                });
+            } else {
+                let message = self.message(
+                    &table,
+                    origin,
+                    frame.bytes().to_vec(),
+                    event.position,
+                    event.position,
+                    part as u32,
+                    source,
+                    None,
+                );
+                self.push(message, out);
+            }
+        }
+        Ok(())
+    }
+
+    fn close(
+        &mut self,
+        open: &mut Option<Open>,
+        source: &SourceIdentity,
+        out: &mut Vec<OutMessage>,
+    ) -> Result<(), Error> {
+        if let Some(o) = open.take() {
+            let message = self.message(
+                &o.table,
+                o.origin,
+                o.frame.bytes().to_vec(),
+                o.first,
+                o.last,
+                0,
+                source,
+                o.chunk,
+            );
+            self.push(message, out);
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, message: OutMessage, out: &mut Vec<OutMessage>) {
+        out.push(message);
+        if let Some(tx) = self.tx.as_mut() {
+            tx.last_in_plan = Some(out.len() - 1);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn message(
+        &self,
+        table: &TableName,
+        origin: Origin,
+        payload: Vec<u8>,
+        first: Position,
+        last: Position,
+        part: u32,
+        source: &SourceIdentity,
+        chunk: Option<u64>,
+    ) -> OutMessage {
+        let mut headers = common_headers(source, first, part);
+        if last != first {
+            headers.push((h::LAST_POSITION, last.to_string()));
+        }
+        headers.push((h::TABLE, table.to_string()));
+        headers.push((h::ORIGIN, origin.as_str().into()));
+        if let Some(c) = chunk {
+            headers.push((h::CHUNK, c.to_string()));
+        }
+        if origin == Origin::Stream
+            && let Some(tx) = &self.tx
+        {
+            tx_headers(tx, &mut headers);
+        }
+        OutMessage {
+            subject: self.template.render(&source.database, table),
+            payload,
+            headers,
+            last,
+        }
+    }
+}
+
+/// Whether an event's bytes join the open message: same table and origin, and room left.
+fn frames_fit(
+    open: &Option<Open>,
+    table: &TableName,
+    origin: Origin,
+    len: usize,
+    planner: &Planner,
+) -> bool {
+    open.as_ref().is_some_and(|o| {
+        &o.table == table
+            && o.origin == origin
+            // A chunk is never split (it must be all or nothing); other groups end at the
+            // limit (with room for headers).
+            && (origin == Origin::Backfill
+                || o.frame.bytes().len() + len + HEADER_ROOM <= planner.max_message_bytes)
+    })
+}
+
+/// Room kept for headers when grouping.
+const HEADER_ROOM: usize = 4096;
+
+/// Microseconds from 1970-01-01 to 2000-01-01 (Postgres's epoch).
+const POSTGRES_EPOCH_UNIX_MICROS: i64 = 946_684_800_000_000;
+
+/// The source's identity as one header value (the timeline is left out: a promotion
+/// keeps the stream the same).
+pub(crate) fn source_key(source: &SourceIdentity) -> String {
+    format!(
+        "{}/{}/{}",
+        source.system_identifier, source.database, source.slot
+    )
+}
+
+fn common_headers(
+    source: &SourceIdentity,
+    first: Position,
+    part: u32,
+) -> Vec<(&'static str, String)> {
+    let key = source_key(source);
+    let mut headers = Vec::with_capacity(12);
+    headers.push((h::NATS_MSG_ID, format!("{key}/{first}/{part}")));
+    headers.push((h::SOURCE, key));
+    headers.push((h::POSITION, first.to_string()));
+    if part > 0 {
+        headers.push((h::PART, part.to_string()));
+    }
+    headers
+}
+
+fn tx_headers(tx: &Tx, headers: &mut Vec<(&'static str, String)>) {
+    headers.push((h::XID, tx.xid.to_string()));
+    headers.push((h::COMMIT_LSN, tx.commit_lsn.clone()));
+    headers.push((h::COMMIT_TIME_US, tx.commit_time_unix_micros.to_string()));
+}
