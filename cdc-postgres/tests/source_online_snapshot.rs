@@ -611,3 +611,91 @@ async fn walsender_terminated_during_the_snapshot_the_same_run_continues() {
     assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
     assert!(handle.duplicate_positions().is_empty());
 }
+
+/// A chunk is delivered whole and ends its batch (with its table's completion when it is
+/// the last): batch limits smaller than a chunk wait for the chunk's end, so a resume
+/// token never falls inside a chunk and a sink whose output cannot be withdrawn (the
+/// JetStream sink) can publish a chunk as one message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_chunk_is_whole_in_one_batch_and_ends_it() {
+    use cdc_core::Source;
+    let cluster = Cluster::new().await.unwrap();
+    cluster
+        .execute(
+            "CREATE TABLE public.items (id int PRIMARY KEY, v text);
+             INSERT INTO public.items SELECT g, 'v' || g FROM generate_series(1, 1000) g;
+             CREATE PUBLICATION pub FOR TABLE public.items;",
+        )
+        .await
+        .unwrap();
+    let mut options = online(&cluster, &["public.items"], 300);
+    options.config.batch.max_events = 50;
+    let mut source = cdc_postgres::source::PgSource::new(options);
+    source.start(None).await.unwrap();
+    let writer = cluster.connect("postgres").await.unwrap();
+    let mut chunks = 0;
+    let mut done = false;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut i = 0;
+    while !done {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the backfill did not finish"
+        );
+        i += 1;
+        writer
+            .execute(
+                &format!(
+                    "UPDATE public.items SET v = 'w{i}' WHERE id = {}",
+                    1 + i % 1000
+                ),
+                &[],
+            )
+            .await
+            .unwrap();
+        let batch = source.next_batch().await.unwrap().unwrap();
+        let kinds: Vec<&EventKind> = batch.events.iter().map(|e| &e.kind).collect();
+        let Some(start) = kinds
+            .iter()
+            .position(|k| matches!(k, EventKind::Snapshot(SnapshotMarker::ChunkStarted { .. })))
+        else {
+            assert!(
+                !kinds.iter().any(|k| matches!(
+                    k,
+                    EventKind::Snapshot(SnapshotMarker::ChunkCompleted { .. })
+                )),
+                "a chunk's end without its start in the batch"
+            );
+            continue;
+        };
+        let tail = &kinds[start..];
+        let end = tail
+            .iter()
+            .position(|k| {
+                matches!(
+                    k,
+                    EventKind::Snapshot(SnapshotMarker::ChunkCompleted { .. })
+                )
+            })
+            .expect("the chunk ends in the batch it starts in");
+        let rest = &tail[end + 1..];
+        assert!(
+            rest.is_empty()
+                || (rest.len() == 1
+                    && matches!(
+                        rest[0],
+                        EventKind::Snapshot(SnapshotMarker::TableCompleted { .. })
+                    )),
+            "the chunk ends its batch: {rest:?}"
+        );
+        let rows = tail[..end]
+            .iter()
+            .filter(|k| matches!(k, EventKind::Insert { .. }))
+            .count();
+        assert!(rows <= 300);
+        chunks += 1;
+        done = rest.len() == 1;
+    }
+    assert!(chunks >= 4, "1000 rows in chunks of 300: {chunks}");
+    source.close().await.unwrap();
+}
