@@ -33,6 +33,13 @@ async fn a_single_node_and_a_three_node_cluster_start_and_survive_a_kill() {
         .await
         .expect("a leader among the survivors");
     cluster.restart(1).await.expect("restart with its store");
-    assert!(answers(&cluster.node_url(1).unwrap()), "{}", cluster.log_tail(1));
-    cluster.wait_for_meta_leader().await.expect("a leader with all three back");
+    assert!(
+        answers(&cluster.node_url(1).unwrap()),
+        "{}",
+        cluster.log_tail(1)
+    );
+    cluster
+        .wait_for_meta_leader()
+        .await
+        .expect("a leader with all three back");
 }
