@@ -27,6 +27,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::cluster::HOST;
+use crate::cluster::ports::{release_port, reserve_port};
 use crate::error::{Error, IoContext, Result};
 
 /// Environment variable naming the `nats-server` binary to use.
@@ -78,15 +79,6 @@ pub fn nats_server_binary() -> Result<PathBuf> {
     ))
 }
 
-fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind((HOST, 0))
-        .ctx(|| "bind 127.0.0.1:0 to find a free port".to_string())?;
-    Ok(listener
-        .local_addr()
-        .ctx(|| "read the bound address".to_string())?
-        .port())
-}
-
 impl NatsCluster {
     /// Starts `nodes` JetStream nodes (1 for a single server; 3 for a cluster that can hold
     /// R3 streams) and waits until they are ready.
@@ -105,9 +97,9 @@ impl NatsCluster {
         for i in 0..nodes {
             list.push(Node {
                 name: format!("n{}", i + 1),
-                client_port: free_port()?,
-                cluster_port: free_port()?,
-                http_port: free_port()?,
+                client_port: reserve_port()?,
+                cluster_port: reserve_port()?,
+                http_port: reserve_port()?,
                 config: dir.path().join(format!("n{}.conf", i + 1)),
                 log: dir.path().join(format!("n{}.log", i + 1)),
                 child: Mutex::new(None),
@@ -299,6 +291,11 @@ impl Drop for NatsCluster {
     fn drop(&mut self) {
         for i in 0..self.nodes.len() {
             let _ = self.kill9(i);
+        }
+        for node in &self.nodes {
+            for port in [node.client_port, node.cluster_port, node.http_port] {
+                release_port(port);
+            }
         }
     }
 }

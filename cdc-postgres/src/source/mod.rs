@@ -236,34 +236,36 @@ impl PgSource {
                         self.building_since = Some(Instant::now());
                     }
                     let is_commit = matches!(event.kind, EventKind::Commit(_));
-                    let chunk_marker = match &event.kind {
-                        EventKind::Snapshot(SnapshotMarker::ChunkStarted { .. }) => Some(true),
-                        EventKind::Snapshot(SnapshotMarker::ChunkCompleted { .. }) => Some(false),
-                        _ => None,
-                    };
+                    let starts_chunk = matches!(
+                        event.kind,
+                        EventKind::Snapshot(SnapshotMarker::ChunkStarted { .. })
+                    );
+                    let ends_chunk = matches!(
+                        event.kind,
+                        EventKind::Snapshot(SnapshotMarker::ChunkCompleted { .. })
+                    );
                     let end_before = self.building.commit_end;
                     self.building.push(event);
-                    match chunk_marker {
-                        Some(true) => self.building_chunk = true,
-                        Some(false) => {
-                            // A chunk is delivered whole and ends its batch (with the
-                            // table's completion when it is the last one), so a batch's
-                            // token never falls inside a chunk: a sink whose output cannot
-                            // be withdrawn (a JetStream stream) can make a chunk atomic.
-                            self.building_chunk = false;
-                            if let Some(Pending::Event(next)) = self.pending.front()
-                                && matches!(
-                                    next.kind,
-                                    EventKind::Snapshot(SnapshotMarker::TableCompleted { .. })
-                                )
-                                && let Some(Pending::Event(next)) = self.pending.pop_front()
-                            {
-                                self.queued_upto = Some(next.position);
-                                self.building.push(next);
-                            }
-                            return true;
+                    if starts_chunk {
+                        self.building_chunk = true;
+                    }
+                    if ends_chunk {
+                        // A chunk is delivered whole and ends its batch (with the
+                        // table's completion when it is the last one), so a batch's
+                        // token never falls inside a chunk: a sink whose output cannot
+                        // be withdrawn (a JetStream stream) can make a chunk atomic.
+                        self.building_chunk = false;
+                        if let Some(Pending::Event(next)) = self.pending.front()
+                            && matches!(
+                                next.kind,
+                                EventKind::Snapshot(SnapshotMarker::TableCompleted { .. })
+                            )
+                            && let Some(Pending::Event(next)) = self.pending.pop_front()
+                        {
+                            self.queued_upto = Some(next.position);
+                            self.building.push(next);
                         }
-                        None => {}
+                        return true;
                     }
                     if is_commit {
                         // How far the batch lets the slot be confirmed is the transaction's

@@ -119,11 +119,6 @@ impl Frame {
         self.close_array();
     }
 
-    /// Appends complete envelopes another frame produced (same framing, `Lines`).
-    pub(crate) fn extend_raw(&mut self, bytes: &[u8]) {
-        self.buf.extend_from_slice(bytes);
-    }
-
     pub(crate) fn mark(&self) -> FrameMark {
         FrameMark {
             len: self.buf.len(),

@@ -58,6 +58,14 @@ pub(crate) struct OutMessage {
     pub(crate) last: Position,
 }
 
+/// The source as headers and subjects need it, computed once per batch.
+#[derive(Debug)]
+struct Source<'t> {
+    /// [`source_key`].
+    key: String,
+    database: &'t str,
+}
+
 /// The open transaction, as far as messages need it.
 #[derive(Debug)]
 struct Tx {
@@ -75,7 +83,8 @@ struct Tx {
 struct Open {
     table: TableName,
     origin: Origin,
-    frame: Frame,
+    /// Envelopes, one per line.
+    payload: Vec<u8>,
     first: Position,
     last: Position,
     chunk: Option<u64>,
@@ -148,7 +157,10 @@ impl Planner {
     ) -> Result<Vec<OutMessage>, Error> {
         let mut out = Vec::new();
         let mut open: Option<Open> = None;
-        let source = &token.source;
+        let source = &Source {
+            key: source_key(&token.source),
+            database: &token.source.database,
+        };
         for event in events {
             if self.applied_through.is_some_and(|p| event.position <= p) {
                 self.skipped += 1;
@@ -156,7 +168,7 @@ impl Planner {
             }
             match &event.kind {
                 EventKind::Begin(begin) => {
-                    self.close(&mut open, source, &mut out)?;
+                    self.close(&mut open, source, &mut out);
                     self.tx = Some(Tx {
                         xid: begin.xid,
                         commit_lsn: begin.final_lsn.to_string(),
@@ -168,7 +180,7 @@ impl Planner {
                     });
                 }
                 EventKind::Commit(_) => {
-                    self.close(&mut open, source, &mut out)?;
+                    self.close(&mut open, source, &mut out);
                     if let Some(tx) = self.tx.take() {
                         match (
                             tx.last_in_plan.and_then(|i| out.get_mut(i)),
@@ -178,7 +190,7 @@ impl Planner {
                             (None, Some(subject)) => {
                                 // Its messages went out with earlier batches, before its
                                 // end was known: an empty message marks the end.
-                                let mut headers = common_headers(source, event.position, 0);
+                                let mut headers = common_headers(&source.key, event.position, 0);
                                 tx_headers(&tx, &mut headers);
                                 headers.push((h::TX_LAST, "true".into()));
                                 out.push(OutMessage {
@@ -198,12 +210,12 @@ impl Planner {
                     ));
                 }
                 EventKind::Snapshot(SnapshotMarker::ChunkStarted { table, chunk }) => {
-                    self.close(&mut open, source, &mut out)?;
+                    self.close(&mut open, source, &mut out);
                     self.chunk = Some((table.clone(), *chunk));
                 }
                 EventKind::Snapshot(SnapshotMarker::ChunkCompleted { .. }) => {
                     // The chunk's rows go out as one message: all or nothing.
-                    self.close(&mut open, source, &mut out)?;
+                    self.close(&mut open, source, &mut out);
                     self.chunk = None;
                 }
                 EventKind::Insert { .. }
@@ -216,12 +228,12 @@ impl Planner {
             }
             self.applied_through = Some(event.position);
         }
-        if self.chunk.is_some() && open.is_some() {
+        if self.chunk.is_some() {
             return Err(Error::sink(
                 "internal: a batch ended inside an online snapshot chunk; the JetStream sink needs chunks whole (PgSource delivers them so)",
             ));
         }
-        self.close(&mut open, source, &mut out)?;
+        self.close(&mut open, source, &mut out);
         if let Some(tx) = self.tx.as_mut() {
             // The transaction goes on in the next batch.
             if let Some(i) = tx.last_in_plan.take()
@@ -275,43 +287,47 @@ impl Planner {
         &mut self,
         event: &ChangeEvent,
         open: &mut Option<Open>,
-        source: &SourceIdentity,
+        source: &Source<'_>,
         out: &mut Vec<OutMessage>,
     ) -> Result<(), Error> {
-        self.scratch.frames.clear();
+        // The scratch frames (and their buffers) are kept across events: cleared, not
+        // dropped, so an event costs no frame allocation.
+        let mut frames = std::mem::take(&mut self.scratch.frames);
+        for frame in frames.values_mut() {
+            frame.reset();
+        }
+        self.scratch.frames = frames;
         self.encoder.encode_event(event, &mut self.scratch)?;
         let origin = self.origin();
         let grouped = origin == Origin::Backfill || self.grouping == Grouping::Transaction;
         let frames = std::mem::take(&mut self.scratch.frames);
-        for (part, (table, mut frame)) in frames.into_iter().enumerate() {
-            frame.end_batch();
-            if frame.is_empty() {
+        for (part, (table, frame)) in frames.iter().enumerate() {
+            let bytes = frame.bytes();
+            if bytes.is_empty() {
                 continue;
             }
-            if grouped && frames_fit(open, &table, origin, frame.bytes().len(), self) {
+            if grouped && self.joins(open.as_ref(), table, origin, bytes.len()) {
                 if let Some(o) = open.as_mut() {
-                    o.frame.extend_raw(frame.bytes());
+                    o.payload.extend_from_slice(bytes);
                     o.last = event.position;
                 }
                 continue;
             }
-            self.close(open, source, out)?;
+            self.close(open, source, out);
             if grouped {
-                let mut f = Frame::new(Framing::Lines);
-                f.extend_raw(frame.bytes());
                 *open = Some(Open {
-                    table,
+                    table: table.clone(),
                     origin,
-                    frame: f,
+                    payload: bytes.to_vec(),
                     first: event.position,
                     last: event.position,
                     chunk: self.chunk.as_ref().map(|(_, c)| *c),
                 });
             } else {
                 let message = self.message(
-                    &table,
+                    table,
                     origin,
-                    frame.bytes().to_vec(),
+                    bytes.to_vec(),
                     event.position,
                     event.position,
                     part as u32,
@@ -321,29 +337,29 @@ impl Planner {
                 self.push(message, out);
             }
         }
+        self.scratch.frames = frames;
         Ok(())
     }
 
-    fn close(
-        &mut self,
-        open: &mut Option<Open>,
-        source: &SourceIdentity,
-        out: &mut Vec<OutMessage>,
-    ) -> Result<(), Error> {
+    /// Whether an event's bytes join the open message: same table and origin, and room
+    /// left. A chunk is never split (it must be all or nothing); other groups end at the
+    /// limit, with room for headers.
+    fn joins(&self, open: Option<&Open>, table: &TableName, origin: Origin, len: usize) -> bool {
+        open.is_some_and(|o| {
+            &o.table == table
+                && o.origin == origin
+                && (origin == Origin::Backfill
+                    || o.payload.len() + len + HEADER_ROOM <= self.max_message_bytes)
+        })
+    }
+
+    fn close(&mut self, open: &mut Option<Open>, source: &Source<'_>, out: &mut Vec<OutMessage>) {
         if let Some(o) = open.take() {
             let message = self.message(
-                &o.table,
-                o.origin,
-                o.frame.bytes().to_vec(),
-                o.first,
-                o.last,
-                0,
-                source,
-                o.chunk,
+                &o.table, o.origin, o.payload, o.first, o.last, 0, source, o.chunk,
             );
             self.push(message, out);
         }
-        Ok(())
     }
 
     fn push(&mut self, message: OutMessage, out: &mut Vec<OutMessage>) {
@@ -362,10 +378,10 @@ impl Planner {
         first: Position,
         last: Position,
         part: u32,
-        source: &SourceIdentity,
+        source: &Source<'_>,
         chunk: Option<u64>,
     ) -> OutMessage {
-        let mut headers = common_headers(source, first, part);
+        let mut headers = common_headers(&source.key, first, part);
         if last != first {
             headers.push((h::LAST_POSITION, last.to_string()));
         }
@@ -380,30 +396,12 @@ impl Planner {
             tx_headers(tx, &mut headers);
         }
         OutMessage {
-            subject: self.template.render(&source.database, table),
+            subject: self.template.render(source.database, table),
             payload,
             headers,
             last,
         }
     }
-}
-
-/// Whether an event's bytes join the open message: same table and origin, and room left.
-fn frames_fit(
-    open: &Option<Open>,
-    table: &TableName,
-    origin: Origin,
-    len: usize,
-    planner: &Planner,
-) -> bool {
-    open.as_ref().is_some_and(|o| {
-        &o.table == table
-            && o.origin == origin
-            // A chunk is never split (it must be all or nothing); other groups end at the
-            // limit (with room for headers).
-            && (origin == Origin::Backfill
-                || o.frame.bytes().len() + len + HEADER_ROOM <= planner.max_message_bytes)
-    })
 }
 
 /// Room kept for headers when grouping.
@@ -421,15 +419,10 @@ pub(crate) fn source_key(source: &SourceIdentity) -> String {
     )
 }
 
-fn common_headers(
-    source: &SourceIdentity,
-    first: Position,
-    part: u32,
-) -> Vec<(&'static str, String)> {
-    let key = source_key(source);
+fn common_headers(key: &str, first: Position, part: u32) -> Vec<(&'static str, String)> {
     let mut headers = Vec::with_capacity(12);
     headers.push((h::NATS_MSG_ID, format!("{key}/{first}/{part}")));
-    headers.push((h::SOURCE, key));
+    headers.push((h::SOURCE, key.to_owned()));
     headers.push((h::POSITION, first.to_string()));
     if part > 0 {
         headers.push((h::PART, part.to_string()));

@@ -69,33 +69,28 @@ impl SubjectTemplate {
 
     /// The subject of `table` in `database`.
     pub fn render(&self, database: &str, table: &TableName) -> String {
-        let mut out = String::with_capacity(64);
-        for (i, part) in self.tokens.iter().enumerate() {
-            if i > 0 {
-                out.push('.');
-            }
-            match part {
-                Part::Literal(s) => out.push_str(s),
-                Part::Database => escape_token(database, &mut out),
-                Part::Schema => escape_token(&table.schema, &mut out),
-                Part::Table => escape_token(&table.name, &mut out),
-            }
-        }
-        out
+        self.build(database, Some(table))
     }
 
     /// The subjects of every table of `database` as one filter (`*` for schema and table),
     /// which the stream's subjects must cover.
     pub fn filter(&self, database: &str) -> String {
-        let mut out = String::new();
+        self.build(database, None)
+    }
+
+    /// The subject of `table`, or with `*` for schema and table when there is none.
+    fn build(&self, database: &str, table: Option<&TableName>) -> String {
+        let mut out = String::with_capacity(64);
         for (i, part) in self.tokens.iter().enumerate() {
             if i > 0 {
                 out.push('.');
             }
-            match part {
-                Part::Literal(s) => out.push_str(s),
-                Part::Database => escape_token(database, &mut out),
-                Part::Schema | Part::Table => out.push('*'),
+            match (part, table) {
+                (Part::Literal(s), _) => out.push_str(s),
+                (Part::Database, _) => escape_token(database, &mut out),
+                (Part::Schema, Some(t)) => escape_token(&t.schema, &mut out),
+                (Part::Table, Some(t)) => escape_token(&t.name, &mut out),
+                (Part::Schema | Part::Table, None) => out.push('*'),
             }
         }
         out

@@ -10,7 +10,7 @@ mod builder;
 mod client;
 mod config;
 mod faults;
-mod ports;
+pub(crate) mod ports;
 mod process;
 mod standby;
 

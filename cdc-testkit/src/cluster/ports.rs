@@ -10,7 +10,7 @@ use super::HOST;
 /// Ports handed out to clusters of this process and not yet released.
 static RESERVED_PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
-pub(super) fn reserve_port() -> Result<u16> {
+pub(crate) fn reserve_port() -> Result<u16> {
     for _ in 0..100 {
         let listener = std::net::TcpListener::bind((HOST, 0))
             .ctx(|| "bind 127.0.0.1:0 to find a free port".to_string())?;
@@ -29,7 +29,7 @@ pub(super) fn reserve_port() -> Result<u16> {
     Err(Error::Config("could not find a free TCP port".into()))
 }
 
-pub(super) fn release_port(port: u16) {
+pub(crate) fn release_port(port: u16) {
     RESERVED_PORTS
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
