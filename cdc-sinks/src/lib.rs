@@ -7,6 +7,8 @@
 //!   encoder, its policies, and a stream sink to any writer;
 //! - [`file`](mod@file): durable Feldera JSON files with exactly-once effect across crashes;
 //! - [`stdout`]: human-readable or JSON lines for demos and debugging;
+//! - `jetstream` (feature `jetstream`): NATS JetStream, exactly once, for fan-out to many
+//!   consumers;
 //! - [`memory`]: materialized in-memory tables with a change log, for tests.
 //!
 //! Every sink implements [`cdc_core::Sink`].
@@ -15,6 +17,7 @@
 
 pub mod feldera;
 pub mod file;
+#[cfg(feature = "jetstream")]
 pub mod jetstream;
 pub mod memory;
 pub mod stdout;

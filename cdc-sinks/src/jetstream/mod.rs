@@ -1,8 +1,8 @@
-//! NATS JetStream output: the sans-IO half (subjects, messages, headers). **In progress**:
-//! the publishing half (async-nats, the sequence chain, recovery at open) is not built yet,
-//! so nothing outside this module uses it.
+//! NATS JetStream output (feature `jetstream`): [`JetStreamSink`] publishes every change
+//! to a stream, as Feldera JSON on a subject per table, exactly once across crashes of
+//! pgcdc and losses of NATS servers.
 //!
-//! # Design (what the publishing half will implement)
+//! # How exactly-once works
 //!
 //! - One message per change (or, with [`Grouping::Transaction`], per run of one table's
 //!   changes in a transaction) on a subject per table ([`SubjectTemplate`]), payload
@@ -25,14 +25,19 @@
 //! - A consistent-mode snapshot restart cannot be honoured (published rows cannot be
 //!   withdrawn): it is an error naming the way out.
 
-// The publishing half that uses these is the next step (see the module docs).
-#![allow(dead_code)]
-
 pub mod headers;
+
+mod connection;
+mod options;
 mod plan;
+mod recovery;
+mod setup;
+mod sink;
 mod subject;
 
+pub use options::{DEFAULT_RESUME_BUCKET, JetStreamOptions, NatsAuth, NatsTls, StreamSettings};
 pub use plan::Grouping;
+pub use sink::{JetStreamSink, JetStreamStats};
 pub use subject::{DEFAULT_SUBJECT_TEMPLATE, SubjectTemplate, filter_covers};
 
 #[cfg(test)]

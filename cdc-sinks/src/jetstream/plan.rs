@@ -148,6 +148,11 @@ impl Planner {
         }
     }
 
+    /// Sets the largest message (the server's `max_payload`).
+    pub(crate) fn set_max_message_bytes(&mut self, bytes: usize) {
+        self.max_message_bytes = bytes;
+    }
+
     /// The messages for `events`; the last one carries `token` (the batch's resume token).
     /// On error nothing of the batch is to be published.
     pub(crate) fn plan(
@@ -385,7 +390,7 @@ impl Planner {
         if last != first {
             headers.push((h::LAST_POSITION, last.to_string()));
         }
-        headers.push((h::TABLE, table.to_string()));
+        headers.push((h::TABLE, header_safe(&table.to_string())));
         headers.push((h::ORIGIN, origin.as_str().into()));
         if let Some(c) = chunk {
             headers.push((h::CHUNK, c.to_string()));
@@ -428,6 +433,22 @@ fn common_headers(key: &str, first: Position, part: u32) -> Vec<(&'static str, S
         headers.push((h::PART, part.to_string()));
     }
     headers
+}
+
+/// A header value without control characters (a header ends at a line break): `%`, and
+/// bytes below 0x20 and 0x7f, written `%XX`. Only table names can hold them.
+fn header_safe(text: &str) -> String {
+    if !text.bytes().any(|b| b < 0x20 || b == 0x7f || b == b'%') {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '%' | '\u{0}'..='\u{1f}' | '\u{7f}' => out.push_str(&format!("%{:02X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn tx_headers(tx: &Tx, headers: &mut Vec<(&'static str, String)>) {

@@ -26,6 +26,20 @@ enum Part {
 /// The default template.
 pub const DEFAULT_SUBJECT_TEMPLATE: &str = "pgcdc.{database}.{schema}.{table}";
 
+impl Default for SubjectTemplate {
+    /// [`DEFAULT_SUBJECT_TEMPLATE`].
+    fn default() -> Self {
+        SubjectTemplate {
+            tokens: vec![
+                Part::Literal("pgcdc".to_owned()),
+                Part::Database,
+                Part::Schema,
+                Part::Table,
+            ],
+        }
+    }
+}
+
 impl SubjectTemplate {
     /// Parses and checks a template.
     pub fn parse(template: &str) -> Result<SubjectTemplate, Error> {
@@ -148,6 +162,7 @@ mod tests {
             "pgcdc.my%2Edb.sales.Order%20Items%2A%3E%C3%A9"
         );
         assert_eq!(t.filter("shop"), "pgcdc.shop.*.*");
+        assert_eq!(t, SubjectTemplate::default());
     }
 
     #[test]
