@@ -346,3 +346,103 @@ pub fn arb_value(feldera_range: bool) -> BoxedStrategy<Value> {
         });
     prop_oneof![6 => arb_scalar(feldera_range), 1 => array].boxed()
 }
+
+/// Reading a JetStream stream back as a consumer does, with the NATS client (not the
+/// sink's code).
+#[cfg(feature = "jetstream")]
+pub mod jetstream {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use async_nats::jetstream::{
+        self, consumer::AckPolicy, consumer::DeliverPolicy, consumer::pull,
+    };
+    use futures::StreamExt;
+
+    /// One message as a consumer received it.
+    #[derive(Clone, Debug)]
+    pub struct ReadMessage {
+        /// Its stream sequence.
+        pub sequence: u64,
+        /// Its subject.
+        pub subject: String,
+        /// Its headers (the last value of each).
+        pub headers: BTreeMap<String, String>,
+        /// Its payload.
+        pub payload: bytes::Bytes,
+    }
+
+    impl ReadMessage {
+        /// A header's value.
+        pub fn header(&self, name: &str) -> Option<&str> {
+            self.headers.get(name).map(String::as_str)
+        }
+
+        /// The payload's JSON values (Feldera's NATS input reads every value of a message).
+        pub fn records(&self) -> Vec<serde_json::Value> {
+            serde_json::Deserializer::from_slice(&self.payload)
+                .into_iter::<serde_json::Value>()
+                .collect::<Result<_, _>>()
+                .unwrap_or_else(|e| panic!("message {}: payload is not JSON: {e}", self.sequence))
+        }
+    }
+
+    /// Every message of `stream` from the start, in order, read through an ephemeral pull
+    /// consumer on `servers` (comma-separated URLs).
+    pub async fn read_stream(servers: &str, stream: &str) -> Vec<ReadMessage> {
+        let urls: Vec<&str> = servers.split(',').collect();
+        let client = async_nats::connect(urls).await.expect("connect to NATS");
+        let context = jetstream::new(client);
+        let mut handle = context.get_stream(stream).await.expect("the stream exists");
+        let last = handle
+            .info()
+            .await
+            .expect("stream info")
+            .state
+            .last_sequence;
+        let consumer = handle
+            .create_consumer(pull::Config {
+                deliver_policy: DeliverPolicy::All,
+                ack_policy: AckPolicy::None,
+                inactive_threshold: Duration::from_secs(60),
+                ..pull::Config::default()
+            })
+            .await
+            .expect("create a consumer");
+        let mut out = Vec::new();
+        let mut read_through = 0;
+        while read_through < last {
+            let mut batch = consumer
+                .batch()
+                .max_messages(1000)
+                .expires(Duration::from_secs(2))
+                .messages()
+                .await
+                .expect("fetch");
+            let mut got = 0;
+            while let Some(message) = batch.next().await {
+                let message = message.expect("a message");
+                let sequence = message.info().expect("message info").stream_sequence;
+                let headers = message
+                    .headers
+                    .iter()
+                    .flat_map(|h| h.iter())
+                    .filter_map(|(k, v)| Some((k.to_string(), v.last()?.as_str().to_owned())))
+                    .collect();
+                out.push(ReadMessage {
+                    sequence,
+                    subject: message.subject.to_string(),
+                    headers,
+                    payload: message.payload.clone(),
+                });
+                read_through = sequence;
+                got += 1;
+            }
+            if got == 0 {
+                // Nothing more within the wait: the rest expired or was deleted.
+                break;
+            }
+        }
+        out
+    }
+}
