@@ -9,6 +9,8 @@ use cdc_postgres::conn::Secret;
 use cdc_sinks::feldera::{ArrayBoundsPolicy, NonFinitePolicy, OutOfRangePolicy, TruncatePolicy};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub mod nats;
+
 /// Success: the stream reached `--end-lsn`, a snapshot-only run finished, or a shutdown
 /// was requested (Ctrl-C, SIGTERM) and completed.
 pub const EXIT_OK: u8 = 0;
@@ -55,7 +57,7 @@ Exit codes:
   4    transient error: server unreachable or gone; rerun to resume without loss
   5    resync required: slot missing or invalidated; start over with a new snapshot
   6    protocol error: the server sent data this version cannot interpret
-  7    sink error: the output (files, stdout) failed
+  7    sink error: the output (files, stdout, JetStream) failed
   8    value rejected by an output policy (e.g. NaN); choose a policy with --on-...
   130  interrupted twice: stopped without a final checkpoint
 
@@ -103,10 +105,11 @@ pub enum Command {
     /// JSON to stdout. Ctrl-C stops it cleanly.
     #[command(after_help = EXIT_CODES)]
     Demo(DemoArgs),
-    /// Stream a publication's tables: an initial snapshot, then every change, to stdout or
-    /// to one durable Feldera JSON file per table (--out-dir; rerunning resumes exactly).
+    /// Stream a publication's tables: an initial snapshot, then every change, to stdout,
+    /// to one durable Feldera JSON file per table (--out-dir), or to a NATS JetStream
+    /// stream (--sink nats://…); with a file or JetStream, rerunning resumes exactly.
     #[command(after_help = EXIT_CODES)]
-    Stream(StreamArgs),
+    Stream(Box<StreamArgs>),
     /// Check that a source is ready to stream; list every problem with its fix. Exits
     /// non-zero if any problem must be fixed first.
     #[command(after_help = EXIT_CODES)]
@@ -194,9 +197,10 @@ pub struct StreamArgs {
     pub source: SourceArgs,
     /// `initial`: copy existing rows first (consistent), then stream; `online`: stream at
     /// once and copy in chunks alongside; `never`: stream changes only; `initial-only`:
-    /// copy existing rows and stop (uses a temporary slot).
-    #[arg(long, value_enum, default_value_t = SnapshotArg::Initial)]
-    pub snapshot: SnapshotArg,
+    /// copy existing rows and stop (uses a temporary slot). Default: `initial`; `online`
+    /// with --sink (JetStream cannot withdraw the rows of an interrupted `initial` copy).
+    #[arg(long, value_enum)]
+    pub snapshot: Option<SnapshotArg>,
     /// When the slot may advance. `checkpoint` (default): after the output is durable —
     /// nothing is lost across crashes. `completion`: once written — faster, but only
     /// at-least-once for stateless outputs (stdout); after a crash, --out-dir needs a resync.
@@ -272,6 +276,9 @@ pub struct StreamArgs {
     /// Metrics endpoint.
     #[command(flatten)]
     pub metrics: MetricsArgs,
+    /// The NATS JetStream sink.
+    #[command(flatten)]
+    pub nats: nats::NatsArgs,
 }
 
 /// `--metrics-addr` and `--health-grace`.

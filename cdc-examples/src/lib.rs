@@ -51,7 +51,7 @@ pub fn main_entry() -> ExitCode {
     let outcome = runtime.block_on(async move {
         match cli.command {
             Command::Demo(args) => commands::demo::run(args, &global).await,
-            Command::Stream(args) => commands::stream::run(args, &global).await,
+            Command::Stream(args) => commands::stream::run(*args, &global).await,
             Command::Check(args) => commands::check::run(args).await,
             Command::Slots(args) => commands::slots::run(args).await,
             Command::DropSlot(args) => commands::slots::drop_slot(args).await,

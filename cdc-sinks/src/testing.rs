@@ -350,6 +350,8 @@ pub fn arb_value(feldera_range: bool) -> BoxedStrategy<Value> {
 /// Reading a JetStream stream back as a consumer does, with the NATS client (not the
 /// sink's code).
 #[cfg(feature = "jetstream")]
+// A test helper: a failure to read the stream is the test's failure.
+#[allow(clippy::expect_used)]
 pub mod jetstream {
     use std::collections::BTreeMap;
     use std::time::Duration;

@@ -1,5 +1,5 @@
 //! `pgcdc stream`: a publication's tables — initial snapshot, then every change — to
-//! stdout or to durable, exactly-once Feldera JSON files.
+//! stdout, to durable, exactly-once Feldera JSON files, or to a NATS JetStream stream.
 
 use std::io::BufWriter;
 use std::process::ExitCode;
@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use cdc_core::{CommitMode, PipelineConfig};
 use cdc_postgres::conn::{SnapshotMode, connect_sql};
 use cdc_postgres::source::{PgSource, PgSourceOptions};
+use cdc_sinks::jetstream::JetStreamSink;
 use cdc_sinks::{
     EncoderOptions, FelderaFileSink, FelderaStreamSink, FileLayout, FileSinkOptions, Framing,
     StdoutFormat, StdoutSink,
@@ -25,9 +26,29 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
             "--out-dir writes Feldera JSON files; --format json and text are for stdout only",
         ));
     }
+    if args.nats.sink.is_some() && args.format != FormatArg::Feldera {
+        return Err(CliError::usage(
+            "--sink publishes Feldera JSON; --format json and text are for stdout only",
+        ));
+    }
+    if args.nats.sink.is_some() && args.commit_mode == CommitModeArg::Completion {
+        return Err(CliError::usage(
+            "--commit-mode completion cannot be used with --sink: the slot would move past changes JetStream has not acknowledged, and a crash would lose them",
+        ));
+    }
     let quiet = global.quiet;
+    let snapshot = args.snapshot.unwrap_or(if args.nats.sink.is_some() {
+        SnapshotArg::Online
+    } else {
+        SnapshotArg::Initial
+    });
+    if args.nats.sink.is_some() && snapshot == SnapshotArg::Initial && !quiet {
+        eprintln!(
+            "pgcdc: warning: --snapshot initial with --sink: if pgcdc stops before the snapshot completes, the stream holds rows of a copy that cannot be resumed, and the restart fails until the stream is purged; --snapshot online (the default with --sink) resumes"
+        );
+    }
     let mut config = super::source_config(&args.source)?;
-    config.snapshot = match args.snapshot {
+    config.snapshot = match snapshot {
         SnapshotArg::Never => SnapshotMode::Never,
         SnapshotArg::Initial | SnapshotArg::InitialOnly => SnapshotMode::Initial,
         SnapshotArg::Online => SnapshotMode::Online,
@@ -57,11 +78,11 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
         slot: config.slot_name(),
         exists: report.slot.is_some(),
         may_create: args.create_slot,
-        wants_snapshot: args.snapshot != SnapshotArg::Never,
-        temporary: args.snapshot == SnapshotArg::InitialOnly,
+        wants_snapshot: snapshot != SnapshotArg::Never,
+        temporary: snapshot == SnapshotArg::InitialOnly,
     };
     let mut options = PgSourceOptions::new(config.clone());
-    options.snapshot_only = args.snapshot == SnapshotArg::InitialOnly;
+    options.snapshot_only = snapshot == SnapshotArg::InitialOnly;
     options.end_lsn = args.end_lsn;
     options.snapshot_workers = usize::from(args.snapshot_workers);
     options.backfill_chunk_rows = usize::try_from(args.chunk_rows).unwrap_or(usize::MAX);
@@ -92,7 +113,13 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
         policy_log: None,
     };
     let policies = args.policies.policies();
+    let jetstream = args.nats.options(&config.connection.dbname, policies)?;
     let outcome = match (&args.out_dir, args.format) {
+        (None, _) if let Some(options) = jetstream => {
+            let sink = JetStreamSink::new(options)?;
+            run.policy_log = Some(sink.policy_log());
+            run_pipeline(source, sink, pipeline, &run).await?
+        }
         (Some(dir), _) => {
             let mut file = FileSinkOptions::new(dir);
             file.layout = match args.layout {

@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub mod bank;
+
 /// A `pgcdc` command, without the test process's libpq environment: no `PG*` variable,
 /// and a password file that does not exist (so a developer's `~/.pgpass` plays no part).
 pub fn pgcdc<I, S>(args: I) -> Command

@@ -35,6 +35,10 @@ pub(crate) async fn connect(options: &JetStreamOptions) -> Result<Client, Error>
                 async_nats::Event::Disconnected => {
                     tracing::warn!("NATS connection lost; reconnecting")
                 }
+                // Closing is the sink's own doing; draining precedes it.
+                async_nats::Event::Closed | async_nats::Event::Draining => {
+                    tracing::debug!(event = %event, "NATS connection event")
+                }
                 other => tracing::warn!(event = %other, "NATS connection event"),
             }
         });

@@ -1,0 +1,155 @@
+//! The crash tests' schema and workload (`accounts` and `notes` under random
+//! transactions), and the oracle: applying Feldera envelopes to a map keyed by `id`, with
+//! no change applied twice, compared with `SELECT *` rendered by Postgres.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use cdc_testkit::Cluster;
+use rand::Rng;
+use serde_json::Value;
+
+/// Each table with the SQL that renders its rows the way the Feldera encoder does
+/// (numeric as text, timestamptz as RFC 3339 UTC with microseconds).
+pub const TABLES: [(&str, &str); 2] = [
+    (
+        "public.accounts",
+        "SELECT json_build_object('id', id, 'owner', owner, 'balance', balance::text, \
+         'version', version, 'tags', tags, 'doc', doc, 'flag', flag, \
+         'updated', to_char(updated AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'))::text \
+         FROM public.accounts",
+    ),
+    (
+        "public.notes",
+        "SELECT json_build_object('id', id, 'body', body, 'version', version)::text FROM public.notes",
+    ),
+];
+
+/// Creates both tables with `seed_accounts` accounts and 500 notes, and publication `pub`.
+pub async fn create_schema(cluster: &Cluster, seed_accounts: i64) {
+    cluster
+        .execute(&format!(
+            "CREATE TABLE public.accounts (id int PRIMARY KEY, owner text NOT NULL,
+                 balance numeric(12,2) NOT NULL, version int NOT NULL, tags text[], doc jsonb,
+                 flag boolean NOT NULL DEFAULT false, updated timestamptz NOT NULL DEFAULT now());
+             INSERT INTO public.accounts
+                 SELECT g, 'owner ' || g, g * 1.25, 0, ARRAY['a', g::text],
+                        jsonb_build_object('g', g), g % 2 = 0, now()
+                 FROM generate_series(1, {seed_accounts}) g;
+             CREATE TABLE public.notes (id bigint PRIMARY KEY, body text, version int NOT NULL);
+             INSERT INTO public.notes SELECT g, 'note ' || g, 0 FROM generate_series(1, 500) g;
+             ANALYZE public.accounts, public.notes;
+             CREATE PUBLICATION pub FOR TABLE public.accounts, public.notes;"
+        ))
+        .await
+        .unwrap();
+}
+
+/// Random transactions until `stop`: updates (raising `version`), inserts of new ids,
+/// deletes, and now and then a multi-row update. Returns the number of transactions.
+pub async fn workload(
+    client: cdc_testkit::tokio_postgres::Client,
+    stop: Arc<AtomicBool>,
+    seed_accounts: i64,
+) -> u64 {
+    let mut next_id = seed_accounts + 1;
+    let mut done = 0;
+    while !stop.load(Ordering::SeqCst) {
+        let sql = {
+            let mut rng = rand::rng();
+            let (a, b, n) = (
+                rng.random_range(1..next_id),
+                rng.random_range(1..next_id),
+                rng.random_range(1..=500),
+            );
+            next_id += 1;
+            if rng.random_range(0..10) == 0 {
+                format!(
+                    "UPDATE public.accounts SET version = version + 1, flag = NOT flag
+                     WHERE id BETWEEN {a} AND {a} + 40"
+                )
+            } else {
+                format!(
+                    "BEGIN;
+                     UPDATE public.accounts SET balance = balance + 1, version = version + 1,
+                            updated = now(), doc = doc || jsonb_build_object('u', {done})
+                     WHERE id = {a};
+                     INSERT INTO public.accounts (id, owner, balance, version, tags, doc)
+                     VALUES ({next_id}, 'new {next_id}', 0.5, 0, ARRAY['n'], '{{}}');
+                     DELETE FROM public.accounts WHERE id = {b};
+                     UPDATE public.notes SET version = version + 1, body = body || '.' WHERE id = {n};
+                     COMMIT;"
+                )
+            }
+        };
+        client.batch_execute(&sql).await.unwrap();
+        done += 1;
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    done
+}
+
+/// Applies one Feldera envelope to `rows`, asserting that no change is applied twice: an
+/// insert finds no row, a delete finds one, and every update raises the row's `version`.
+/// `at` names the envelope in failures.
+pub fn apply(rows: &mut BTreeMap<i64, Value>, envelope: &Value, at: &str) {
+    let object = envelope.as_object().unwrap();
+    assert_eq!(
+        object.len(),
+        1,
+        "{at}: one operation per envelope: {envelope}"
+    );
+    let (op, row) = object.iter().next().unwrap();
+    let id = row["id"].as_i64().unwrap();
+    match op.as_str() {
+        "insert" => {
+            let old = rows.insert(id, row.clone());
+            assert!(old.is_none(), "{at}: row {id} inserted twice");
+        }
+        "delete" => {
+            assert!(
+                rows.remove(&id).is_some(),
+                "{at}: row {id} deleted twice or never inserted"
+            );
+        }
+        "update" => {
+            let current = rows
+                .get_mut(&id)
+                .unwrap_or_else(|| panic!("{at}: update of missing row {id}"));
+            let (old, new) = (current["version"].as_i64(), row["version"].as_i64());
+            assert!(
+                new > old,
+                "{at}: update of row {id} applied twice ({old:?} -> {new:?})"
+            );
+            for (column, value) in row.as_object().unwrap() {
+                current[column] = value.clone();
+            }
+        }
+        other => panic!("{at}: unexpected envelope {other}"),
+    }
+}
+
+/// Asserts `replayed` equals the table's rows as Postgres renders them with `select`.
+pub async fn assert_equals_select(
+    client: &cdc_testkit::tokio_postgres::Client,
+    table: &str,
+    select: &str,
+    replayed: &BTreeMap<i64, Value>,
+) {
+    let expected: BTreeMap<i64, Value> = client
+        .query(select, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| {
+            let value: Value = serde_json::from_str(row.get::<_, &str>(0)).unwrap();
+            (value["id"].as_i64().unwrap(), value)
+        })
+        .collect();
+    assert_eq!(replayed.len(), expected.len(), "{table}: row count");
+    for (id, row) in &expected {
+        assert_eq!(replayed.get(id), Some(row), "{table}: row {id}");
+    }
+}
