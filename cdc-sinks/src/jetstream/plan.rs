@@ -2,7 +2,7 @@
 //! Feldera JSON payloads, headers), with replayed events skipped. The I/O layer only adds
 //! the stream-sequence chain and publishes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use cdc_core::{
     ChangeEvent, Error, EventKind, Position, ResumeToken, SnapshotMarker, SourceIdentity, TableName,
@@ -107,6 +107,14 @@ pub(crate) struct Planner {
     /// Replayed events skipped.
     pub(crate) skipped: u64,
     scratch: Scratch,
+    /// Per table: its subject and `Pgcdc-Table` value (one source database per sink).
+    names: HashMap<TableName, TableNames>,
+}
+
+#[derive(Debug)]
+struct TableNames {
+    subject: String,
+    header: String,
 }
 
 /// The encoder's output for one event, per table.
@@ -145,6 +153,7 @@ impl Planner {
             chunk: None,
             skipped: 0,
             scratch: Scratch::default(),
+            names: HashMap::new(),
         }
     }
 
@@ -278,6 +287,18 @@ impl Planner {
         Ok(out)
     }
 
+    /// The table's subject and header value, rendered once per table.
+    fn names(&mut self, database: &str, table: &TableName) -> &TableNames {
+        if !self.names.contains_key(table) {
+            let names = TableNames {
+                subject: self.template.render(database, table),
+                header: header_safe(&table.to_string()),
+            };
+            self.names.insert(table.clone(), names);
+        }
+        &self.names[table]
+    }
+
     fn origin(&self) -> Origin {
         if self.tx.is_some() {
             Origin::Stream
@@ -376,7 +397,7 @@ impl Planner {
 
     #[allow(clippy::too_many_arguments)]
     fn message(
-        &self,
+        &mut self,
         table: &TableName,
         origin: Origin,
         payload: Vec<u8>,
@@ -390,7 +411,9 @@ impl Planner {
         if last != first {
             headers.push((h::LAST_POSITION, last.to_string()));
         }
-        headers.push((h::TABLE, header_safe(&table.to_string())));
+        let names = self.names(source.database, table);
+        let (subject, table_header) = (names.subject.clone(), names.header.clone());
+        headers.push((h::TABLE, table_header));
         headers.push((h::ORIGIN, origin.as_str().into()));
         if let Some(c) = chunk {
             headers.push((h::CHUNK, c.to_string()));
@@ -401,7 +424,7 @@ impl Planner {
             tx_headers(tx, &mut headers);
         }
         OutMessage {
-            subject: self.template.render(source.database, table),
+            subject,
             payload,
             headers,
             last,

@@ -11,6 +11,12 @@
 //! - `lib-count-text`: the same with text tuples;
 //! - `lib-feldera`: `PgSource` → `Pipeline` → Feldera JSON sink to `std::io::sink()`;
 //! - `lib-feldera-text`: the same with text tuples;
+//! - `cli-out-dir`: the `pgcdc` binary as a user runs it, `pgcdc stream --out-dir`
+//!   (durable Feldera JSON files, checkpoint every 100 ms);
+//! - `cli-jetstream`: `pgcdc stream --sink nats://…` into a stream of a local single-node
+//!   nats-server (file storage, one message per change); the server's CPU counts as
+//!   "other CPU"; `cli-jetstream-tx`: the same with `--grouping transaction` (one message
+//!   per run of a transaction's changes, up to the server's 8 MB max_payload);
 //! - `raw`: an experiment, not the library's client — see `rawread.rs` (a single-threaded
 //!   blocking reader feeding the `ChangeAssembler`; `raw+lowat=65536+timeout-ms=2`).
 //!
@@ -239,6 +245,62 @@ pub fn stream_consumer(
     Ok((runner::consume_command(&child_args)?, server))
 }
 
+/// `pgcdc stream` from `slot` to `end` into files (`out-dir`) or a JetStream stream named
+/// after the slot (`jetstream`).
+fn cli_consumer(
+    cluster: &Cluster,
+    output: &str,
+    slot: &str,
+    end: &str,
+    nats: Option<&cdc_testkit::NatsCluster>,
+    scratch: &std::path::Path,
+) -> Result<(std::process::Command, Server), String> {
+    let uri = cluster.uri("postgres", "postgres", None);
+    let mut cmd = std::process::Command::new(runner::pgcdc_binary()?);
+    cmd.args(["stream", "--uri", &uri, "--publication", "pub"])
+        .args([
+            "--table",
+            "public.bench",
+            "--slot",
+            slot,
+            "--snapshot",
+            "never",
+        ])
+        .args(["--end-lsn", end, "--quiet", "--summary", "none"]);
+    match (output, nats) {
+        ("out-dir", _) => {
+            cmd.arg("--out-dir").arg(scratch.join(slot));
+        }
+        ("jetstream" | "jetstream-tx", Some(nats)) => {
+            let template = format!("{slot}.{{database}}.{{schema}}.{{table}}");
+            cmd.args(["--sink", &nats.url(), "--stream", &slot.to_uppercase()])
+                .args(["--subject-template", &template, "--create-stream"]);
+            if output == "jetstream-tx" {
+                cmd.args(["--grouping", "transaction"]);
+            }
+        }
+        (other, _) => return Err(format!("unknown consumer cli-{other}")),
+    }
+    Ok((cmd, Server::Slot(slot.to_owned())))
+}
+
+/// How many messages `stream` holds (the NATS client's view).
+async fn stream_messages(nats: &cdc_testkit::NatsCluster, stream: &str) -> Result<u64, String> {
+    let client = async_nats::connect(nats.url())
+        .await
+        .map_err(|e| format!("connecting to NATS: {e}"))?;
+    let context = async_nats::jetstream::new(client);
+    let mut stream = context
+        .get_stream(stream)
+        .await
+        .map_err(|e| format!("stream {stream}: {e}"))?;
+    let info = stream
+        .info()
+        .await
+        .map_err(|e| format!("stream info: {e}"))?;
+    Ok(info.state.messages)
+}
+
 /// Runs the drain scenario and prints its tables.
 pub async fn run(args: &Args) -> Result<(), String> {
     let rows: u64 = args.value("rows", 1_000_000)?;
@@ -285,10 +347,34 @@ pub async fn run(args: &Args) -> Result<(), String> {
     let expected = workload.changes();
     eprintln!("  end LSN {end}; {expected} row changes to drain");
 
+    let nats = if consumers.iter().any(|c| c.starts_with("cli-jetstream")) {
+        Some(
+            cdc_testkit::NatsCluster::single()
+                .await
+                .map_err(|e| format!("cannot start nats-server: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut runs: Vec<(usize, Run)> = Vec::new();
     for (round, consumer, slot) in &slots {
-        let (cmd, server) = stream_consumer(&cluster, consumer, slot, &end, args, &[])?;
+        let (cmd, server) = match consumer.strip_prefix("cli-") {
+            Some(output) => {
+                cli_consumer(&cluster, output, slot, &end, nats.as_ref(), scratch.path())?
+            }
+            None => stream_consumer(&cluster, consumer, slot, &end, args, &[])?,
+        };
         let run = runner::measure(&cluster, consumer, cmd, server, false).await?;
+        if let (Some(nats), "cli-jetstream") = (&nats, consumer.as_str()) {
+            // One message per change.
+            let messages = stream_messages(nats, &slot.to_uppercase()).await?;
+            if messages != expected {
+                return Err(format!(
+                    "{consumer} published {messages} messages, expected {expected}"
+                ));
+            }
+        }
         eprintln!(
             "  round {round} {consumer}: {} s wall, {} s client CPU, {} s walsender CPU",
             secs(run.wall),

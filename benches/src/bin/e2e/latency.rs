@@ -106,7 +106,7 @@ pub async fn run(args: &Args) -> Result<(), String> {
     let plot: PathBuf = args
         .get("plot")
         .map_or_else(|| PathBuf::from("target/latency.svg"), PathBuf::from);
-    let pgcdc = pgcdc_binary()?;
+    let pgcdc = crate::runner::pgcdc_binary()?;
     let cluster = bench_cluster(&[]).await?;
     cluster
         .execute(
@@ -218,20 +218,6 @@ pub async fn run(args: &Args) -> Result<(), String> {
     std::fs::write(&plot, svg_plot(&points)).map_err(|e| format!("{}: {e}", plot.display()))?;
     eprintln!("plot written to {}", plot.display());
     Ok(())
-}
-
-/// The release `pgcdc` next to this binary.
-fn pgcdc_binary() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let path = exe.with_file_name("pgcdc");
-    if path.exists() {
-        Ok(path)
-    } else {
-        Err(format!(
-            "{} not found: build it first (cargo build --release --bin pgcdc)",
-            path.display()
-        ))
-    }
 }
 
 /// Writes at `rate` changes/s for `duration`; returns the rows written.

@@ -265,3 +265,17 @@ pub async fn timed_sql(cluster: &Cluster, what: &str, sql: &str) -> Result<(), S
     eprintln!("  {what}: {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
 }
+
+/// The release `pgcdc` next to this binary.
+pub fn pgcdc_binary() -> Result<std::path::PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let path = exe.with_file_name("pgcdc");
+    if path.exists() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} not found: build it first (cargo build --release --bin pgcdc)",
+            path.display()
+        ))
+    }
+}
