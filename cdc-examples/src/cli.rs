@@ -55,7 +55,10 @@ Exit codes:
   2    invalid command line
   3    configuration error: flags, connection string, credentials or source setup
   4    transient error: server unreachable or gone; rerun to resume without loss
-  5    resync required: slot missing or invalidated; start over with a new snapshot
+  5    resync required: the slot is missing or invalidated (e.g. an ordinary slot after a
+       standby was promoted: only --failover slots survive), or the saved position is not
+       part of the server's history (a promoted standby that lagged); start over with a
+       new snapshot (for --out-dir: a new, empty directory)
   6    protocol error: the server sent data this version cannot interpret
   7    sink error: the output (files, stdout, JetStream) failed
   8    value rejected by an output policy (e.g. NaN); choose a policy with --on-...

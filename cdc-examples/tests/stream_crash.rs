@@ -6,8 +6,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -107,20 +105,4 @@ async fn out_dir_killed_at_random_points_and_restarted_equals_select() {
         let replayed = replay(&dir.join(format!("{table}.json")));
         assert_equals_select(&client, table, select, &replayed).await;
     }
-}
-
-/// Applies a per-table Feldera JSON file in order (see [`apply`]).
-fn replay(path: &Path) -> BTreeMap<i64, Value> {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut rows: BTreeMap<i64, Value> = BTreeMap::new();
-    for (n, line) in text.lines().enumerate() {
-        let envelope: Value = serde_json::from_str(line)
-            .unwrap_or_else(|e| panic!("{}:{}: {e}: {line}", path.display(), n + 1));
-        apply(
-            &mut rows,
-            &envelope,
-            &format!("{}:{}", path.display(), n + 1),
-        );
-    }
-    rows
 }

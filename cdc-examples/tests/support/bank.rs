@@ -3,6 +3,7 @@
 //! no change applied twice, compared with `SELECT *` rendered by Postgres.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -54,7 +55,32 @@ pub async fn workload(
     stop: Arc<AtomicBool>,
     seed_accounts: i64,
 ) -> u64 {
-    let mut next_id = seed_accounts + 1;
+    match run_workload(&client, &stop, seed_accounts + 1).await {
+        Ok(done) => done,
+        Err((done, e)) => panic!("workload transaction {done} failed: {e}"),
+    }
+}
+
+/// Like [`workload`], for a server that is killed under it: ends at the first failed
+/// transaction (returning how many committed before), as a client of a crashed server
+/// would. Inserted ids start at `first_id`, so a second run on a promoted standby does
+/// not collide with the first.
+pub async fn workload_until_lost(
+    client: cdc_testkit::tokio_postgres::Client,
+    stop: Arc<AtomicBool>,
+    first_id: i64,
+) -> u64 {
+    match run_workload(&client, &stop, first_id).await {
+        Ok(done) | Err((done, _)) => done,
+    }
+}
+
+async fn run_workload(
+    client: &cdc_testkit::tokio_postgres::Client,
+    stop: &AtomicBool,
+    first_id: i64,
+) -> Result<u64, (u64, cdc_testkit::tokio_postgres::Error)> {
+    let mut next_id = first_id;
     let mut done = 0;
     while !stop.load(Ordering::SeqCst) {
         let sql = {
@@ -84,11 +110,11 @@ pub async fn workload(
                 )
             }
         };
-        client.batch_execute(&sql).await.unwrap();
+        client.batch_execute(&sql).await.map_err(|e| (done, e))?;
         done += 1;
         tokio::time::sleep(Duration::from_millis(3)).await;
     }
-    done
+    Ok(done)
 }
 
 /// Applies one Feldera envelope to `rows`, asserting that no change is applied twice: an
@@ -152,4 +178,20 @@ pub async fn assert_equals_select(
     for (id, row) in &expected {
         assert_eq!(replayed.get(id), Some(row), "{table}: row {id}");
     }
+}
+
+/// Applies a per-table Feldera JSON file (`--out-dir`) in order (see [`apply`]).
+pub fn replay(path: &Path) -> BTreeMap<i64, Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut rows: BTreeMap<i64, Value> = BTreeMap::new();
+    for (n, line) in text.lines().enumerate() {
+        let envelope: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("{}:{}: {e}: {line}", path.display(), n + 1));
+        apply(
+            &mut rows,
+            &envelope,
+            &format!("{}:{}", path.display(), n + 1),
+        );
+    }
+    rows
 }

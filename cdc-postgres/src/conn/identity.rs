@@ -91,7 +91,9 @@ pub fn check_resume(token: &SourceIdentity, current: &SourceIdentity) -> Result<
     }
     if token.slot != current.slot {
         return Err(Error::resync_required(format!(
-            "the resume token is for replication slot {:?}, but the configured slot is {:?}",
+            "the resume token is for replication slot {:?}, but the configured slot is {:?} \
+             (the default slot name depends on host and port: to reach the same stream at another address, \
+             e.g. a promoted standby, name the slot explicitly)",
             token.slot, current.slot
         )));
     }

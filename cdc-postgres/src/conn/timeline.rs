@@ -61,7 +61,7 @@ pub fn judge_timeline_switch(
     };
     if covered > switch.switchpoint {
         return Err(Error::resync_required(format!(
-            "the saved position {covered} is beyond the point where timeline {} ends ({}) in the history of the server's timeline {server_timeline}: \
+            "the saved position {covered} is not part of this server's history: it is beyond the point where timeline {} ends ({}) in the history of the server's timeline {server_timeline}; \
              the old primary had changes the promoted server never received (the sink may hold some of them); \
              start over with a new snapshot (with --out-dir, into an empty directory). \
              To survive a failover without this, have the primary wait for the standby (synchronized_standby_slots, PostgreSQL 17+)",

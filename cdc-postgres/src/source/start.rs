@@ -52,8 +52,11 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
             own_pid: None,
         },
     )
-    .await?
-    .into_result()?;
+    .await?;
+    if let Some(token) = resume {
+        refuse_slot_lost_in_promotion(&config, &report, token).await?;
+    }
+    let report = report.into_result()?;
     source.server_version = report.server_version_num;
     source.in_recovery = report.in_recovery;
     let table_names: Vec<TableName> = if config.tables.is_empty() {
@@ -474,6 +477,44 @@ async fn verify_slot_after_start(source: &PgSource, walsender: i32) -> Result<()
         Some(problem) => Err(problem.to_error()),
         None => Ok(()),
     }
+}
+
+/// A slot the token needs that is missing on a server promoted since the token was taken
+/// (same system, later timeline) was not synced to it: an ordinary slot stays on the old
+/// primary. Said as such, rather than as a slot that "does not exist".
+async fn refuse_slot_lost_in_promotion(
+    config: &crate::conn::SourceConfig,
+    report: &crate::conn::PreflightReport,
+    token: &ResumeToken,
+) -> Result<()> {
+    let missing = report.problems.iter().any(|p| {
+        matches!(
+            &p.kind,
+            crate::conn::ProblemKind::Slot(crate::conn::SlotProblem::Missing { .. })
+        )
+    });
+    if !missing {
+        return Ok(());
+    }
+    let mut repl = ReplicationConnection::connect(&config.connection).await?;
+    let system = repl.identify_system().await;
+    repl.close().await;
+    let system = system?;
+    if system.system_identifier != token.source.system_identifier
+        || system.timeline <= token.source.timeline
+    {
+        return Ok(());
+    }
+    Err(Error::resync_required(format!(
+        "replication slot {slot:?} is not on this server, which was promoted (or restored) since the saved position was taken \
+         (timeline {from} then, {to} now): the slot was not a failover slot, so it stayed on the old primary and the changes since \
+         cannot be streamed from here. Fix: start over with a new snapshot (with --out-dir, into a new, empty directory); \
+         to survive the next failover, create the slot as a failover slot (--failover, PostgreSQL 17+) and set \
+         sync_replication_slots = on on the standby and synchronized_standby_slots on the primary",
+        slot = config.slot_name(),
+        from = token.source.timeline,
+        to = system.timeline,
+    )))
 }
 
 /// The server's identity as the token may compare it: when the server has moved to a later

@@ -1,0 +1,396 @@
+//! Failover with failover slots (PostgreSQL 17+): a primary with a physical standby that
+//! syncs logical slots (`sync_replication_slots`), guarded by `synchronized_standby_slots`
+//! on the primary; `pgcdc stream --failover --out-dir` under write load; the primary
+//! killed with SIGKILL (after the consumer was killed, or while it streams), the standby
+//! promoted, and pgcdc rerun against the new primary. The files, replayed, equal
+//! `SELECT *` on the new primary with no change applied twice. And what cannot be
+//! survived ends in its own error: an ordinary slot (gone after the promotion), and a
+//! saved position beyond what a lagging standby had when it was promoted.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use cdc_testkit::{ADMIN_USER, Cluster};
+use rand::Rng;
+use serde_json::Value;
+use support::bank::*;
+use support::*;
+
+const SEED_ACCOUNTS: i64 = 20_000;
+/// The physical slot the standby streams through (named in `synchronized_standby_slots`).
+const STANDBY_SLOT: &str = "standby_1";
+/// Named explicitly: the default slot name hashes host and port, which a promotion changes.
+const SLOT: &str = "pgcdc_ha";
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+/// A primary (`major`) with the crash tests' schema and a standby that syncs failover
+/// slots. `guarded`: the primary waits for the standby before sending logical changes
+/// (`synchronized_standby_slots`), as a failover setup must.
+async fn primary_and_syncing_standby(major: u32, guarded: bool) -> (Cluster, Cluster) {
+    let primary = Cluster::builder().major(major).build().await.unwrap();
+    create_schema(&primary, SEED_ACCOUNTS).await;
+    // Slot synchronization needs a database in primary_conninfo (the testkit's has none);
+    // the later setting wins.
+    let conninfo = format!(
+        "{} application_name=standby_ha",
+        primary.admin_connection_string("postgres")
+    );
+    let standby = primary
+        .standby_builder()
+        .slot(STANDBY_SLOT)
+        .setting("sync_replication_slots", "on")
+        .setting("primary_conninfo", conninfo)
+        .build()
+        .await
+        .unwrap();
+    if guarded {
+        primary
+            .execute(&format!(
+                "ALTER SYSTEM SET synchronized_standby_slots = '{STANDBY_SLOT}'"
+            ))
+            .await
+            .unwrap();
+        primary.reload().await.unwrap();
+    }
+    standby.wait_for_replay(&primary).await.unwrap();
+    (primary, standby)
+}
+
+struct Stream {
+    dir: PathBuf,
+}
+
+impl Stream {
+    fn args(&self, cluster: &Cluster, extra: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "stream",
+            "--uri",
+            &cluster.uri("postgres", ADMIN_USER, None),
+            "--publication",
+            "pub",
+            "--table",
+            "public.accounts",
+            "--table",
+            "public.notes",
+            "--slot",
+            SLOT,
+            "--failover",
+            "--out-dir",
+            self.dir.to_str().unwrap(),
+            "--create-slot",
+            "--checkpoint-interval",
+            "200ms",
+            "--status-interval",
+            "1s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    fn spawn(&self, cluster: &Cluster) -> (Child, Lines) {
+        let mut child = pgcdc(self.args(cluster, &[]))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Lines::collect(child.stderr.take().unwrap());
+        (child, stderr)
+    }
+
+    /// Runs to the current end of `cluster`'s WAL and checks the files against it.
+    async fn finish_and_compare(&self, cluster: &Cluster) {
+        let end = cluster.current_wal_lsn().await.unwrap();
+        let args = self.args(cluster, &["--end-lsn", &end, "--summary", "json"]);
+        let output = tokio::task::spawn_blocking(move || run(pgcdc(args), TIMEOUT))
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "final run failed:\n{stderr}");
+        let summary: Value = serde_json::from_str(stderr.lines().last().unwrap()).unwrap();
+        assert_eq!(summary["outcome"], "end_reached", "{summary}");
+        let client = cluster.connect("postgres").await.unwrap();
+        for (table, select) in TABLES {
+            let replayed = replay(&self.dir.join(format!("{table}.json")));
+            assert_equals_select(&client, table, select, &replayed).await;
+        }
+    }
+}
+
+fn kill_and_report(mut child: Child, stderr: Lines, what: &str) {
+    signal(child.id(), libc::SIGKILL);
+    child.wait().unwrap();
+    let stderr = stderr.finish();
+    assert!(
+        !stderr.iter().any(|l| l.contains("panicked")),
+        "{what}:\n{}",
+        stderr.join("\n")
+    );
+    eprintln!("{what}; stderr:\n{}", stderr.join("\n"));
+}
+
+/// Waits until the standby holds a synced, persistent copy of [`SLOT`] (a copy that is
+/// still temporary is dropped at promotion).
+async fn wait_for_synced_slot(standby: &Cluster) {
+    let client = standby.connect("postgres").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let synced: Option<bool> = client
+            .query_opt(
+                "SELECT synced AND NOT temporary FROM pg_replication_slots WHERE slot_name = $1",
+                &[&SLOT],
+            )
+            .await
+            .unwrap()
+            .map(|row| row.get(0));
+        if synced == Some(true) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the standby has no synced copy of {SLOT} ({synced:?}); see {}",
+            standby.log_path().display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn start_workload(client: cdc_testkit::tokio_postgres::Client, first_id: i64) -> Workload {
+    let stop = Arc::new(AtomicBool::new(false));
+    let task = tokio::spawn(workload_until_lost(client, stop.clone(), first_id));
+    Workload { stop, task }
+}
+
+struct Workload {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<u64>,
+}
+
+impl Workload {
+    async fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.unwrap()
+    }
+}
+
+/// After the promotion: pgcdc resumes on the new primary under more writes, is killed
+/// once more (its saved position now on the new timeline), and finishes; the files equal
+/// the new primary's tables.
+async fn resume_on_new_primary(stream: &Stream, new_primary: &Cluster) {
+    let load = start_workload(
+        new_primary.connect("postgres").await.unwrap(),
+        SEED_ACCOUNTS * 10,
+    );
+    let (child, stderr) = stream.spawn(new_primary);
+    let wait = rand::rng().random_range(1500..3000);
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    kill_and_report(
+        child,
+        stderr,
+        &format!("on the new primary: killed after {wait} ms"),
+    );
+    let changes = load.stop().await;
+    assert!(changes > 0, "no writes on the new primary");
+    stream.finish_and_compare(new_primary).await;
+}
+
+async fn consumer_killed_then_primary_killed(major: u32) {
+    let (primary, standby) = primary_and_syncing_standby(major, true).await;
+    let out = tempfile::tempdir().unwrap();
+    let stream = Stream {
+        dir: out.path().join("out"),
+    };
+    let load = start_workload(
+        primary.connect("postgres").await.unwrap(),
+        SEED_ACCOUNTS + 1,
+    );
+    let (child, stderr) = stream.spawn(&primary);
+    // A synced copy is persisted only once the slot moved on the primary after the copy
+    // was made, so a consumer is needed for that; in production this is long done.
+    wait_for_synced_slot(&standby).await;
+    let wait = rand::rng().random_range(0..3000);
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    kill_and_report(
+        child,
+        stderr,
+        &format!("PostgreSQL {major}: killed {wait} ms after the slot was synced"),
+    );
+    // The primary dies under load, with the consumer's last checkpoint at a random point.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    primary.kill9().await.unwrap();
+    assert!(load.stop().await > 0);
+    standby.promote().await.unwrap();
+    resume_on_new_primary(&stream, &standby).await;
+}
+
+async fn primary_killed_while_streaming(major: u32) {
+    let (primary, standby) = primary_and_syncing_standby(major, true).await;
+    let out = tempfile::tempdir().unwrap();
+    let stream = Stream {
+        dir: out.path().join("out"),
+    };
+    let load = start_workload(
+        primary.connect("postgres").await.unwrap(),
+        SEED_ACCOUNTS + 1,
+    );
+    let (child, stderr) = stream.spawn(&primary);
+    wait_for_synced_slot(&standby).await;
+    let wait = rand::rng().random_range(1000..3000);
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    primary.kill9().await.unwrap();
+    assert!(load.stop().await > 0);
+    // pgcdc keeps trying the dead primary; it is stopped once the standby is promoted.
+    standby.promote().await.unwrap();
+    assert!(
+        stderr.wait_for(Duration::from_secs(30), |lines| lines
+            .iter()
+            .any(|l| l.contains("reconnecting"))),
+        "pgcdc did not notice the primary's death: {:?}",
+        stderr.snapshot()
+    );
+    kill_and_report(
+        child,
+        stderr,
+        &format!("PostgreSQL {major}: primary killed {wait} ms in"),
+    );
+    resume_on_new_primary(&stream, &standby).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_killed_then_primary_killed_on_17() {
+    consumer_killed_then_primary_killed(17).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_killed_then_primary_killed_on_18() {
+    consumer_killed_then_primary_killed(18).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn primary_killed_while_streaming_on_17() {
+    primary_killed_while_streaming(17).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn primary_killed_while_streaming_on_18() {
+    primary_killed_while_streaming(18).await;
+}
+
+/// An ordinary slot is not synced: after the promotion it is missing, and pgcdc says that
+/// the standby was promoted and that a failover slot would have survived — not "dropped",
+/// and not a silent fresh start into the same directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordinary_slot_is_missing_after_promotion_with_the_reason() {
+    let (primary, standby) = primary_and_syncing_standby(17, false).await;
+    let out = tempfile::tempdir().unwrap();
+    let stream = Stream {
+        dir: out.path().join("out"),
+    };
+    let ordinary: Vec<String> = stream
+        .args(&primary, &[])
+        .into_iter()
+        .filter(|a| a != "--failover")
+        .collect();
+    let load = start_workload(
+        primary.connect("postgres").await.unwrap(),
+        SEED_ACCOUNTS + 1,
+    );
+    let mut child = pgcdc(&ordinary)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Lines::collect(child.stderr.take().unwrap());
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    kill_and_report(child, stderr, "ordinary slot: killed");
+    load.stop().await;
+    standby.wait_for_replay(&primary).await.unwrap();
+    primary.kill9().await.unwrap();
+    standby.promote().await.unwrap();
+
+    let stderr = refused_without_a_fresh_start(&stream, &standby);
+    assert!(
+        stderr.contains("promoted") && stderr.contains("not a failover slot"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("was dropped"), "{stderr}");
+}
+
+/// Without `synchronized_standby_slots`, pgcdc may have applied changes the standby never
+/// received. The standby stops (lags) while pgcdc streams on; the primary dies; the
+/// standby is promoted with a synced slot whose history ends before pgcdc's saved
+/// position: resuming there would skip or repeat changes, so pgcdc refuses, saying the
+/// saved position is not part of the new primary's history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_position_beyond_the_new_primarys_history_is_refused() {
+    let (primary, standby) = primary_and_syncing_standby(17, false).await;
+    let out = tempfile::tempdir().unwrap();
+    let stream = Stream {
+        dir: out.path().join("out"),
+    };
+    let load = start_workload(
+        primary.connect("postgres").await.unwrap(),
+        SEED_ACCOUNTS + 1,
+    );
+    let (child, stderr) = stream.spawn(&primary);
+    wait_for_synced_slot(&standby).await;
+    standby.stop().await.unwrap();
+    // pgcdc streams on; its files now hold changes the stopped standby does not have.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    kill_and_report(child, stderr, "lagging standby: killed");
+    load.stop().await;
+    primary.kill9().await.unwrap();
+    standby.start().await.unwrap();
+    standby.promote().await.unwrap();
+
+    let stderr = refused_without_a_fresh_start(&stream, &standby);
+    assert!(
+        stderr.contains("not part of this server's history"),
+        "{stderr}"
+    );
+}
+
+/// Runs pgcdc against `cluster` twice, expecting exit 5 both times with the same error,
+/// the checkpoint as the killed run left it, and the files the same after either run (the
+/// first cuts what the killed run wrote past its checkpoint): no fresh start into the
+/// directory. Returns the error output.
+fn refused_without_a_fresh_start(stream: &Stream, cluster: &Cluster) -> String {
+    let checkpoint_path = stream.dir.join("pgcdc-checkpoint.json");
+    let checkpoint = std::fs::read(&checkpoint_path).unwrap();
+    let output = run(pgcdc(stream.args(cluster, &[])), TIMEOUT);
+    let stderr = assert_clean_failure(&output, Some(5));
+    let after_first = dir_listing(&stream.dir);
+    let again = run(pgcdc(stream.args(cluster, &[])), TIMEOUT);
+    assert_eq!(assert_clean_failure(&again, Some(5)), stderr);
+    assert_eq!(dir_listing(&stream.dir), after_first, "the output changed");
+    assert_eq!(
+        std::fs::read(&checkpoint_path).unwrap(),
+        checkpoint,
+        "the checkpoint changed"
+    );
+    stderr
+}
+
+/// Every file in `dir` with its size.
+fn dir_listing(dir: &Path) -> BTreeMap<String, u64> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            (
+                entry.file_name().to_string_lossy().into_owned(),
+                entry.metadata().unwrap().len(),
+            )
+        })
+        .collect()
+}
