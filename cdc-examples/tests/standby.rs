@@ -1,14 +1,22 @@
-//! Standby sources: `check` knows that logical decoding in recovery needs PostgreSQL 16+,
-//! and on a 16+ standby a slot whose creation waits for the primary says what it waits
-//! for, stops promptly on SIGTERM, and leaves no slot behind.
+//! Standby sources: `check` knows that logical decoding in recovery needs PostgreSQL 16+;
+//! on a 16+ standby a slot whose creation waits for the primary says what it waits for,
+//! stops promptly on SIGTERM, and leaves no slot behind; and `pgcdc stream --out-dir` from
+//! a standby under write load on the primary, killed at random points and restarted
+//! (both snapshot modes), ends equal to `SELECT *` on the primary.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cdc_testkit::{ADMIN_USER, Cluster};
+use rand::Rng;
+use serde_json::Value;
+use support::bank::*;
 use support::*;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -133,4 +141,134 @@ async fn slot_creation_on_a_standby_says_what_it_waits_for_and_stops_on_sigterm(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     holder.batch_execute("COMMIT").await.unwrap();
+}
+
+/// `pgcdc stream --out-dir` from a standby of a primary (`major`) under write load, killed
+/// three times at random points (slot creation, snapshot, streaming) and rerun to the
+/// primary's end of WAL: the files equal `SELECT *` on the primary.
+async fn stream_from_a_standby_with_consumer_kills(major: u32, snapshot: &str) {
+    const SEED_ACCOUNTS: i64 = 20_000;
+    let primary = Cluster::builder().major(major).build().await.unwrap();
+    create_schema(&primary, SEED_ACCOUNTS).await;
+    // A physical slot, so hot_standby_feedback holds the catalog rows decoding needs.
+    let standby = primary
+        .standby_builder()
+        .slot("standby_1")
+        .build()
+        .await
+        .unwrap();
+    standby.wait_for_replay(&primary).await.unwrap();
+    let uri = standby.uri("postgres", ADMIN_USER, None);
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("out");
+    let args = |extra: &[&str]| {
+        let mut args: Vec<String> = [
+            "stream",
+            "--uri",
+            &uri,
+            "--publication",
+            "pub",
+            "--table",
+            "public.accounts",
+            "--table",
+            "public.notes",
+            "--snapshot",
+            snapshot,
+            "--out-dir",
+            dir.to_str().unwrap(),
+            "--create-slot",
+            "--checkpoint-interval",
+            "200ms",
+            "--status-interval",
+            "1s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writes = tokio::spawn(workload(
+        primary.connect("postgres").await.unwrap(),
+        stop.clone(),
+        SEED_ACCOUNTS,
+    ));
+    // Slot creation on a standby waits for the primary's next running-transactions
+    // record; the primary logs one every 15 s, this shortens the wait as README advises.
+    let snapshots = {
+        let client = primary.connect("postgres").await.unwrap();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                client
+                    .batch_execute("SELECT pg_log_standby_snapshot()")
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+
+    for (round, range) in [(1, 300..1500), (2, 1000..3000), (3, 1500..3500)] {
+        let mut child = pgcdc(args(&[]))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Lines::collect(child.stderr.take().unwrap());
+        let wait = rand::rng().random_range(range);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        signal(child.id(), libc::SIGKILL);
+        child.wait().unwrap();
+        let stderr = stderr.finish();
+        assert!(
+            !stderr.iter().any(|l| l.contains("panicked")),
+            "PostgreSQL {major}, round {round}:\n{}",
+            stderr.join("\n")
+        );
+        eprintln!(
+            "PostgreSQL {major}, round {round}: killed after {wait} ms; stderr:\n{}",
+            stderr.join("\n")
+        );
+    }
+
+    stop.store(true, Ordering::SeqCst);
+    assert!(writes.await.unwrap() > 0);
+    snapshots.await.unwrap();
+    let end = primary.current_wal_lsn().await.unwrap();
+    standby.wait_for_replay(&primary).await.unwrap();
+    let final_args = args(&["--end-lsn", &end, "--summary", "json"]);
+    let output = tokio::task::spawn_blocking(move || run(pgcdc(final_args), TIMEOUT))
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "PostgreSQL {major}: final run failed:\n{stderr}"
+    );
+    let summary: Value = serde_json::from_str(stderr.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["outcome"], "end_reached", "{summary}");
+
+    let client = primary.connect("postgres").await.unwrap();
+    for (table, select) in TABLES {
+        let replayed = replay(&dir.join(format!("{table}.json")));
+        assert_equals_select(&client, table, select, &replayed).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_from_a_standby_with_consumer_kills_on_16() {
+    stream_from_a_standby_with_consumer_kills(16, "initial").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_from_a_standby_with_consumer_kills_on_17() {
+    stream_from_a_standby_with_consumer_kills(17, "online").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_from_a_standby_with_consumer_kills_on_18() {
+    stream_from_a_standby_with_consumer_kills(18, "initial").await;
 }
