@@ -12,15 +12,14 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use cdc_testkit::{ADMIN_USER, Cluster};
+use cdc_testkit::Cluster;
 use rand::Rng;
-use serde_json::Value;
 use support::bank::*;
 use support::*;
 
@@ -64,79 +63,15 @@ async fn primary_and_syncing_standby(major: u32, guarded: bool) -> (Cluster, Clu
     (primary, standby)
 }
 
-struct Stream {
-    dir: PathBuf,
+/// The stream of every test here: a failover slot named explicitly.
+fn failover_stream(out: &tempfile::TempDir) -> OutDirStream {
+    OutDirStream::new(out.path().join("out"), &["--slot", SLOT, "--failover"])
 }
 
-impl Stream {
-    fn args(&self, cluster: &Cluster, extra: &[&str]) -> Vec<String> {
-        let mut args: Vec<String> = [
-            "stream",
-            "--uri",
-            &cluster.uri("postgres", ADMIN_USER, None),
-            "--publication",
-            "pub",
-            "--table",
-            "public.accounts",
-            "--table",
-            "public.notes",
-            "--slot",
-            SLOT,
-            "--failover",
-            "--out-dir",
-            self.dir.to_str().unwrap(),
-            "--create-slot",
-            "--checkpoint-interval",
-            "200ms",
-            "--status-interval",
-            "1s",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(extra.iter().map(|s| s.to_string()));
-        args
-    }
-
-    fn spawn(&self, cluster: &Cluster) -> (Child, Lines) {
-        let mut child = pgcdc(self.args(cluster, &[]))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Lines::collect(child.stderr.take().unwrap());
-        (child, stderr)
-    }
-
-    /// Runs to the current end of `cluster`'s WAL and checks the files against it.
-    async fn finish_and_compare(&self, cluster: &Cluster) {
-        let end = cluster.current_wal_lsn().await.unwrap();
-        let args = self.args(cluster, &["--end-lsn", &end, "--summary", "json"]);
-        let output = tokio::task::spawn_blocking(move || run(pgcdc(args), TIMEOUT))
-            .await
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "final run failed:\n{stderr}");
-        let summary: Value = serde_json::from_str(stderr.lines().last().unwrap()).unwrap();
-        assert_eq!(summary["outcome"], "end_reached", "{summary}");
-        let client = cluster.connect("postgres").await.unwrap();
-        for (table, select) in TABLES {
-            let replayed = replay(&self.dir.join(format!("{table}.json")));
-            assert_equals_select(&client, table, select, &replayed).await;
-        }
-    }
-}
-
-fn kill_and_report(mut child: Child, stderr: Lines, what: &str) {
-    signal(child.id(), libc::SIGKILL);
-    child.wait().unwrap();
-    let stderr = stderr.finish();
-    assert!(
-        !stderr.iter().any(|l| l.contains("panicked")),
-        "{what}:\n{}",
-        stderr.join("\n")
-    );
-    eprintln!("{what}; stderr:\n{}", stderr.join("\n"));
+/// Runs to the current end of `cluster`'s WAL and checks the files against it.
+async fn finish_and_compare(stream: &OutDirStream, cluster: &Cluster) {
+    let end = cluster.current_wal_lsn().await.unwrap();
+    stream.finish_and_compare(cluster, &end, cluster).await;
 }
 
 /// Waits until the standby holds a synced, persistent copy of [`SLOT`] (a copy that is
@@ -186,7 +121,7 @@ impl Workload {
 /// After the promotion: pgcdc resumes on the new primary under more writes, is killed
 /// once more (its saved position now on the new timeline), and finishes; the files equal
 /// the new primary's tables.
-async fn resume_on_new_primary(stream: &Stream, new_primary: &Cluster) {
+async fn resume_on_new_primary(stream: &OutDirStream, new_primary: &Cluster) {
     let load = start_workload(
         new_primary.connect("postgres").await.unwrap(),
         SEED_ACCOUNTS * 10,
@@ -201,15 +136,13 @@ async fn resume_on_new_primary(stream: &Stream, new_primary: &Cluster) {
     );
     let changes = load.stop().await;
     assert!(changes > 0, "no writes on the new primary");
-    stream.finish_and_compare(new_primary).await;
+    finish_and_compare(stream, new_primary).await;
 }
 
 async fn consumer_killed_then_primary_killed(major: u32) {
     let (primary, standby) = primary_and_syncing_standby(major, true).await;
     let out = tempfile::tempdir().unwrap();
-    let stream = Stream {
-        dir: out.path().join("out"),
-    };
+    let stream = failover_stream(&out);
     let load = start_workload(
         primary.connect("postgres").await.unwrap(),
         SEED_ACCOUNTS + 1,
@@ -236,9 +169,7 @@ async fn consumer_killed_then_primary_killed(major: u32) {
 async fn primary_killed_while_streaming(major: u32) {
     let (primary, standby) = primary_and_syncing_standby(major, true).await;
     let out = tempfile::tempdir().unwrap();
-    let stream = Stream {
-        dir: out.path().join("out"),
-    };
+    let stream = failover_stream(&out);
     let load = start_workload(
         primary.connect("postgres").await.unwrap(),
         SEED_ACCOUNTS + 1,
@@ -293,9 +224,7 @@ async fn primary_killed_while_streaming_on_18() {
 async fn an_ordinary_slot_is_missing_after_promotion_with_the_reason() {
     let (primary, standby) = primary_and_syncing_standby(17, false).await;
     let out = tempfile::tempdir().unwrap();
-    let stream = Stream {
-        dir: out.path().join("out"),
-    };
+    let stream = failover_stream(&out);
     let ordinary: Vec<String> = stream
         .args(&primary, &[])
         .into_iter()
@@ -335,9 +264,7 @@ async fn an_ordinary_slot_is_missing_after_promotion_with_the_reason() {
 async fn a_position_beyond_the_new_primarys_history_is_refused() {
     let (primary, standby) = primary_and_syncing_standby(17, false).await;
     let out = tempfile::tempdir().unwrap();
-    let stream = Stream {
-        dir: out.path().join("out"),
-    };
+    let stream = failover_stream(&out);
     let load = start_workload(
         primary.connect("postgres").await.unwrap(),
         SEED_ACCOUNTS + 1,
@@ -364,7 +291,7 @@ async fn a_position_beyond_the_new_primarys_history_is_refused() {
 /// the checkpoint as the killed run left it, and the files the same after either run (the
 /// first cuts what the killed run wrote past its checkpoint): no fresh start into the
 /// directory. Returns the error output.
-fn refused_without_a_fresh_start(stream: &Stream, cluster: &Cluster) -> String {
+fn refused_without_a_fresh_start(stream: &OutDirStream, cluster: &Cluster) -> String {
     let checkpoint_path = stream.dir.join("pgcdc-checkpoint.json");
     let checkpoint = std::fs::read(&checkpoint_path).unwrap();
     let output = run(pgcdc(stream.args(cluster, &[])), TIMEOUT);

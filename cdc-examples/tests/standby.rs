@@ -8,14 +8,12 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cdc_testkit::{ADMIN_USER, Cluster};
 use rand::Rng;
-use serde_json::Value;
 use support::bank::*;
 use support::*;
 
@@ -158,36 +156,8 @@ async fn stream_from_a_standby_with_consumer_kills(major: u32, snapshot: &str) {
         .await
         .unwrap();
     standby.wait_for_replay(&primary).await.unwrap();
-    let uri = standby.uri("postgres", ADMIN_USER, None);
     let out = tempfile::tempdir().unwrap();
-    let dir = out.path().join("out");
-    let args = |extra: &[&str]| {
-        let mut args: Vec<String> = [
-            "stream",
-            "--uri",
-            &uri,
-            "--publication",
-            "pub",
-            "--table",
-            "public.accounts",
-            "--table",
-            "public.notes",
-            "--snapshot",
-            snapshot,
-            "--out-dir",
-            dir.to_str().unwrap(),
-            "--create-slot",
-            "--checkpoint-interval",
-            "200ms",
-            "--status-interval",
-            "1s",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(extra.iter().map(|s| s.to_string()));
-        args
-    };
+    let stream = OutDirStream::new(out.path().join("out"), &["--snapshot", snapshot]);
 
     let stop = Arc::new(AtomicBool::new(false));
     let writes = tokio::spawn(workload(
@@ -212,26 +182,14 @@ async fn stream_from_a_standby_with_consumer_kills(major: u32, snapshot: &str) {
     };
 
     for (round, range) in [(1, 300..1500), (2, 1000..3000), (3, 1500..3500)] {
-        let mut child = pgcdc(args(&[]))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Lines::collect(child.stderr.take().unwrap());
         let wait = rand::rng().random_range(range);
-        tokio::time::sleep(Duration::from_millis(wait)).await;
-        signal(child.id(), libc::SIGKILL);
-        child.wait().unwrap();
-        let stderr = stderr.finish();
-        assert!(
-            !stderr.iter().any(|l| l.contains("panicked")),
-            "PostgreSQL {major}, round {round}:\n{}",
-            stderr.join("\n")
-        );
-        eprintln!(
-            "PostgreSQL {major}, round {round}: killed after {wait} ms; stderr:\n{}",
-            stderr.join("\n")
-        );
+        stream
+            .kill_after(
+                &standby,
+                wait,
+                &format!("PostgreSQL {major}, round {round}"),
+            )
+            .await;
     }
 
     stop.store(true, Ordering::SeqCst);
@@ -239,23 +197,7 @@ async fn stream_from_a_standby_with_consumer_kills(major: u32, snapshot: &str) {
     snapshots.await.unwrap();
     let end = primary.current_wal_lsn().await.unwrap();
     standby.wait_for_replay(&primary).await.unwrap();
-    let final_args = args(&["--end-lsn", &end, "--summary", "json"]);
-    let output = tokio::task::spawn_blocking(move || run(pgcdc(final_args), TIMEOUT))
-        .await
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "PostgreSQL {major}: final run failed:\n{stderr}"
-    );
-    let summary: Value = serde_json::from_str(stderr.lines().last().unwrap()).unwrap();
-    assert_eq!(summary["outcome"], "end_reached", "{summary}");
-
-    let client = primary.connect("postgres").await.unwrap();
-    for (table, select) in TABLES {
-        let replayed = replay(&dir.join(format!("{table}.json")));
-        assert_equals_select(&client, table, select, &replayed).await;
-    }
+    stream.finish_and_compare(&standby, &end, &primary).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

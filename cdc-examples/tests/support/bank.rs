@@ -1,14 +1,16 @@
 //! The crash tests' schema and workload (`accounts` and `notes` under random
-//! transactions), and the oracle: applying Feldera envelopes to a map keyed by `id`, with
-//! no change applied twice, compared with `SELECT *` rendered by Postgres.
+//! transactions), `pgcdc stream --out-dir` of both tables run, killed and finished, and
+//! the oracle: applying Feldera envelopes to a map keyed by `id`, with no change applied
+//! twice, compared with `SELECT *` rendered by Postgres.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use cdc_testkit::Cluster;
+use cdc_testkit::{ADMIN_USER, Cluster};
 use rand::Rng;
 use serde_json::Value;
 
@@ -194,4 +196,102 @@ pub fn replay(path: &Path) -> BTreeMap<i64, Value> {
         );
     }
     rows
+}
+
+/// `pgcdc stream --out-dir` of [`TABLES`] from publication `pub` (creating its slot,
+/// checkpointing every 200 ms), plus the test's own flags.
+pub struct OutDirStream {
+    /// The output directory.
+    pub dir: PathBuf,
+    flags: Vec<String>,
+}
+
+impl OutDirStream {
+    /// A stream into `dir` with `flags` added to every run.
+    pub fn new(dir: PathBuf, flags: &[&str]) -> Self {
+        OutDirStream {
+            dir,
+            flags: flags.iter().map(|f| f.to_string()).collect(),
+        }
+    }
+
+    /// The command line against `source` (as the admin over TCP), with `extra` last.
+    pub fn args(&self, source: &Cluster, extra: &[&str]) -> Vec<String> {
+        let uri = source.uri("postgres", ADMIN_USER, None);
+        let mut args: Vec<String> = [
+            "stream",
+            "--uri",
+            &uri,
+            "--publication",
+            "pub",
+            "--out-dir",
+            self.dir.to_str().unwrap(),
+            "--create-slot",
+            "--checkpoint-interval",
+            "200ms",
+            "--status-interval",
+            "1s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for (table, _) in TABLES {
+            args.extend(["--table".to_string(), table.to_string()]);
+        }
+        args.extend(self.flags.iter().cloned());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    /// Starts a run against `source`, its stderr collected.
+    pub fn spawn(&self, source: &Cluster) -> (Child, super::Lines) {
+        let mut child = super::pgcdc(self.args(source, &[]))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = super::Lines::collect(child.stderr.take().unwrap());
+        (child, stderr)
+    }
+
+    /// Starts a run against `source` and kills it with SIGKILL after `wait_ms`.
+    pub async fn kill_after(&self, source: &Cluster, wait_ms: u64, what: &str) {
+        let (child, stderr) = self.spawn(source);
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+        kill_and_report(child, stderr, &format!("{what}: killed after {wait_ms} ms"));
+    }
+
+    /// Runs against `source` until `end_lsn` and checks that it ended there, then that the
+    /// files, replayed, equal `SELECT *` on `oracle`.
+    pub async fn finish_and_compare(&self, source: &Cluster, end_lsn: &str, oracle: &Cluster) {
+        let args = self.args(source, &["--end-lsn", end_lsn, "--summary", "json"]);
+        let output = tokio::task::spawn_blocking(move || {
+            super::run(super::pgcdc(args), Duration::from_secs(180))
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "final run failed:\n{stderr}");
+        let summary: Value = serde_json::from_str(stderr.lines().last().unwrap()).unwrap();
+        assert_eq!(summary["outcome"], "end_reached", "{summary}");
+        let client = oracle.connect("postgres").await.unwrap();
+        for (table, select) in TABLES {
+            let replayed = replay(&self.dir.join(format!("{table}.json")));
+            assert_equals_select(&client, table, select, &replayed).await;
+        }
+    }
+}
+
+/// Kills `child` with SIGKILL, asserts it had not panicked, and prints its stderr
+/// under `what`.
+pub fn kill_and_report(mut child: Child, stderr: super::Lines, what: &str) {
+    super::signal(child.id(), libc::SIGKILL);
+    child.wait().unwrap();
+    let stderr = stderr.finish();
+    assert!(
+        !stderr.iter().any(|l| l.contains("panicked")),
+        "{what}:\n{}",
+        stderr.join("\n")
+    );
+    eprintln!("{what}; stderr:\n{}", stderr.join("\n"));
 }
