@@ -472,6 +472,13 @@ pub struct CheckArgs {
     /// Source.
     #[command(flatten)]
     pub source: SourceArgs,
+    /// The stream uses a failover slot (PostgreSQL 17+): against the primary, check that
+    /// it waits for its standbys (`synchronized_standby_slots`) and that the slot is a
+    /// failover slot; against a standby, check that it syncs slots
+    /// (`sync_replication_slots`, `primary_slot_name`, `hot_standby_feedback`, a
+    /// `dbname` in `primary_conninfo`) and already holds a persistent copy of the slot.
+    #[arg(long)]
+    pub failover: bool,
 }
 
 /// `pgcdc slots`.

@@ -5,7 +5,8 @@
 //! promoted, and pgcdc rerun against the new primary. The files, replayed, equal
 //! `SELECT *` on the new primary with no change applied twice. And what cannot be
 //! survived ends in its own error: an ordinary slot (gone after the promotion), and a
-//! saved position beyond what a lagging standby had when it was promoted.
+//! saved position beyond what a lagging standby had when it was promoted. `check
+//! --failover` names each gap in the configuration, on the primary and on the standby.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use cdc_testkit::Cluster;
+use cdc_testkit::{ADMIN_USER, Cluster};
 use rand::Rng;
 use support::bank::*;
 use support::*;
@@ -320,4 +321,128 @@ fn dir_listing(dir: &Path) -> BTreeMap<String, u64> {
             )
         })
         .collect()
+}
+
+fn check(cluster: &Cluster, extra: &[&str]) -> (Option<i32>, String) {
+    let uri = cluster.uri("postgres", ADMIN_USER, None);
+    let mut args = vec![
+        "check",
+        "--uri",
+        &uri,
+        "--publication",
+        "pub",
+        "--slot",
+        SLOT,
+        "--failover",
+    ];
+    args.extend_from_slice(extra);
+    let output = run(pgcdc(args), TIMEOUT);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(!stdout.contains("panicked"), "{stdout}");
+    (output.status.code(), stdout)
+}
+
+/// `check --failover` against the primary and against the standby names each gap that
+/// would lose the slot at a promotion (or stall the stream), and says when the standby
+/// holds a copy that survives; a synced copy on the standby is not streamed from, and
+/// `--failover` against a standby is refused with where to run it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reports_what_keeps_a_failover_slot() {
+    let (primary, standby) = primary_and_syncing_standby(17, false).await;
+    let (code, out) = check(&primary, &[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("synchronized_standby_slots is empty"), "{out}");
+
+    let alter_primary =
+        |value: &str| format!("ALTER SYSTEM SET synchronized_standby_slots = '{value}'");
+    primary
+        .execute(&alter_primary("no_such_slot"))
+        .await
+        .unwrap();
+    primary.reload().await.unwrap();
+    let (code, out) = check(&primary, &[]);
+    assert_eq!(code, Some(3), "{out}");
+    assert!(
+        out.contains("\"no_such_slot\" named in synchronized_standby_slots does not exist")
+            && out.contains("stalls"),
+        "{out}"
+    );
+    primary.execute(&alter_primary(STANDBY_SLOT)).await.unwrap();
+    primary.reload().await.unwrap();
+    let (code, out) = check(&primary, &[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(!out.contains("synchronized_standby_slots"), "{out}");
+
+    // The standby: no copy yet.
+    let (code, out) = check(&standby, &[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("no copy of replication slot"), "{out}");
+    assert!(!out.contains("sync_replication_slots = off"), "{out}");
+    // An ordinary slot on the primary is named as such.
+    primary
+        .execute("SELECT pg_create_logical_replication_slot('plain', 'pgoutput')")
+        .await
+        .unwrap();
+    let uri = primary.uri("postgres", ADMIN_USER, None);
+    let output = run(
+        pgcdc([
+            "check",
+            "--uri",
+            &uri,
+            "--publication",
+            "pub",
+            "--slot",
+            "plain",
+            "--failover",
+        ]),
+        TIMEOUT,
+    );
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        out.contains("\"plain\" exists but is not a failover slot"),
+        "{out}"
+    );
+
+    // The failover slot, streamed from on the primary, reaches the standby as a copy that
+    // survives a promotion.
+    let out_dir = tempfile::tempdir().unwrap();
+    let stream = failover_stream(&out_dir);
+    let load = start_workload(
+        primary.connect("postgres").await.unwrap(),
+        SEED_ACCOUNTS + 1,
+    );
+    let (child, stderr) = stream.spawn(&primary);
+    wait_for_synced_slot(&standby).await;
+    let (code, out) = check(&standby, &[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("survives a promotion"), "{out}");
+    assert!(
+        !out.contains("no copy") && !out.contains("temporary"),
+        "{out}"
+    );
+
+    // Streaming from the synced copy on the standby, or creating a failover slot there, is
+    // refused with where to run it.
+    // (Another output directory: the running stream holds the lock on its own.)
+    let other = tempfile::tempdir().unwrap();
+    let elsewhere = failover_stream(&other);
+    let output = run(pgcdc(elsewhere.args(&standby, &[])), TIMEOUT);
+    let err = assert_clean_failure(&output, Some(3));
+    assert!(
+        err.contains("synced copy of the primary's failover slot"),
+        "{err}"
+    );
+    let args: Vec<String> = elsewhere
+        .args(&standby, &[])
+        .into_iter()
+        .map(|a| if a == SLOT { "other".to_owned() } else { a })
+        .collect();
+    let output = run(pgcdc(args), TIMEOUT);
+    let err = assert_clean_failure(&output, Some(3));
+    assert!(
+        err.contains("the server is a standby") && err.contains("Stream from the primary"),
+        "{err}"
+    );
+    kill_and_report(child, stderr, "check test: stopped");
+    load.stop().await;
 }

@@ -3,7 +3,9 @@
 //! The library's preflight covers `wal_level`, privileges, the publication and its tables,
 //! replica identities and the slot's health; this command adds the server settings that
 //! decide how a slot behaves over time (`max_slot_wal_keep_size`, `wal_sender_timeout`)
-//! and whether a slot and a walsender are still available.
+//! and whether a slot and a walsender are still available. With `--failover`, the
+//! preflight also reports what keeps a failover slot through a promotion, as the server
+//! checked (primary or standby) can tell.
 
 use std::process::ExitCode;
 
@@ -41,7 +43,8 @@ impl Level {
 
 /// Runs `pgcdc check`.
 pub async fn run(args: CheckArgs) -> Result<ExitCode, CliError> {
-    let config = super::source_config(&args.source)?;
+    let mut config = super::source_config(&args.source)?;
+    config.failover = args.failover;
     let client = connect_sql(&config.connection).await?;
     let report = preflight(&client, &config, &PreflightOptions::default()).await?;
     let slot = config.slot_name();
@@ -81,14 +84,18 @@ pub async fn run(args: CheckArgs) -> Result<ExitCode, CliError> {
     }
     match &report.slot {
         Some(info) => println!(
-            "slot {slot:?}: exists, confirmed_flush_lsn {}, wal_status {}, {}",
+            "slot {slot:?}: exists, confirmed_flush_lsn {}, wal_status {}, {}{}",
             info.confirmed_flush_lsn
                 .map_or("-".to_owned(), |l| l.to_string()),
             info.wal_status.as_deref().unwrap_or("-"),
             info.active_pid.map_or("inactive".to_owned(), |pid| format!(
                 "active (process {pid})"
-            ))
+            )),
+            failover_state(info, report.in_recovery)
         ),
+        None if report.in_recovery && config.failover => {
+            println!("slot {slot:?}: this standby has no copy of it")
+        }
         None => println!("slot {slot:?}: does not exist yet (stream --create-slot creates it)"),
     }
 
@@ -133,6 +140,21 @@ pub async fn run(args: CheckArgs) -> Result<ExitCode, CliError> {
             );
             Ok(ExitCode::from(exit_code(kind)))
         }
+    }
+}
+
+/// The slot's failover state (PostgreSQL 17+), as a suffix of its line.
+fn failover_state(info: &cdc_postgres::conn::SlotInfo, in_recovery: bool) -> &'static str {
+    match (info.failover, info.synced, info.temporary) {
+        (_, Some(true), true) if in_recovery => {
+            ", synced copy of the primary's failover slot (still temporary)"
+        }
+        (_, Some(true), false) if in_recovery => {
+            ", synced copy of the primary's failover slot (survives a promotion)"
+        }
+        (Some(true), _, _) => ", failover slot",
+        (Some(false), _, _) => ", not a failover slot",
+        _ => "",
     }
 }
 

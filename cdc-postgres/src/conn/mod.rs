@@ -24,7 +24,8 @@
 //! - [`session`]: the settings every session pins (text output, timeouts), in one place.
 //! - [`sql`]: an ordinary `tokio-postgres` client over the same transport and TLS settings.
 //! - [`preflight`](mod@preflight): `wal_level`, privileges, publication, tables, replica identity and slot
-//!   health ([`slot`]), as a report of problems with fixes.
+//!   health ([`slot`]), as a report of problems with fixes; for a failover slot, what keeps
+//!   it through a promotion ([`mod@failover`]).
 //! - [`error`]: how server and I/O errors map to [`cdc_core::ErrorKind`].
 
 mod channel_binding;
@@ -32,6 +33,7 @@ pub mod config;
 pub mod conninfo;
 pub mod env;
 pub mod error;
+pub mod failover;
 pub mod feldera;
 mod frame;
 mod framing;
@@ -56,6 +58,7 @@ pub use config::{
     SourceConfig, SslMode, TableRef, TlsConfig, validate_slot_name,
 };
 pub use env::{ENV_PARAMETERS, PgEnv};
+pub use failover::{FailoverGap, failover_gaps};
 pub use feldera::SourceConfigJson;
 pub use identity::{SLOT_PREFIX, check_resume, default_slot_name, stable_source_id};
 pub use preflight::{

@@ -15,6 +15,7 @@ use tokio_postgres::Client;
 
 use super::config::{SourceConfig, TableRef};
 use super::error::{Activity, from_tokio_postgres};
+use super::failover::{FailoverGap, failover_gaps};
 use super::slot::{SlotInfo, SlotProblem, inspect_slot, slot_problems};
 
 /// How bad a problem is.
@@ -106,6 +107,9 @@ pub enum ProblemKind {
     },
     /// The slot.
     Slot(SlotProblem),
+    /// A failover slot that may not survive a promotion, or a stream that would stall
+    /// waiting for a standby.
+    Failover(FailoverGap),
 }
 
 /// A problem with its severity.
@@ -193,6 +197,7 @@ impl Problem {
                  session that holds the snapshot open, or a long COPY"
             ),
             ProblemKind::Slot(slot) => slot.message(),
+            ProblemKind::Failover(gap) => gap.message(),
         }
     }
 
@@ -245,6 +250,7 @@ impl Problem {
                  ALTER ROLE <role> SET {name} = 0"
             ),
             ProblemKind::Slot(slot) => slot.fix(),
+            ProblemKind::Failover(gap) => gap.fix(),
         }
     }
 
@@ -578,6 +584,27 @@ pub async fn preflight(
         options.own_pid,
     ) {
         problems.push(Problem::error(ProblemKind::Slot(problem)));
+    }
+    // A failover slot asked for, or found (on the primary, or as a synced copy on a
+    // standby): what keeps it through a promotion, as far as this server can tell.
+    let failover_slot = config.failover
+        || slot
+            .as_ref()
+            .is_some_and(|s| s.failover == Some(true) || s.synced == Some(true));
+    if failover_slot {
+        for gap in
+            failover_gaps(client, version_num, in_recovery, &slot_name, slot.as_ref()).await?
+        {
+            // hot_standby_feedback off on a standby is reported once, above.
+            if gap == FailoverGap::StandbyWithoutFeedback {
+                continue;
+            }
+            problems.push(if gap.is_error() {
+                Problem::error(ProblemKind::Failover(gap))
+            } else {
+                Problem::warning(ProblemKind::Failover(gap))
+            });
+        }
     }
     problems.sort_by_key(|p| p.severity);
 

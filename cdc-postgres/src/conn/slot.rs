@@ -36,6 +36,11 @@ pub struct SlotInfo {
     pub invalidation_reason: Option<String>,
     /// Whether prepared transactions are decoded at PREPARE (PostgreSQL 14+).
     pub two_phase: Option<bool>,
+    /// Whether it is a failover slot, synced to standbys (PostgreSQL 17+).
+    pub failover: Option<bool>,
+    /// On a standby: whether it is a synced copy of the primary's failover slot
+    /// (PostgreSQL 17+; stays true after a promotion).
+    pub synced: Option<bool>,
 }
 
 /// What is wrong with the replication slot. Each variant is a distinct error with its own
@@ -196,9 +201,15 @@ pub async fn inspect_slot(client: &Client, slot: &str) -> Result<Option<SlotInfo
     } else {
         "NULL::bool"
     };
+    let (failover, synced) = if version >= 170000 {
+        ("failover", "synced")
+    } else {
+        ("NULL::bool", "NULL::bool")
+    };
     let sql = format!(
         "SELECT slot_name::text, plugin::text, slot_type, database::text, temporary, active_pid, \
-         {wal_status}, restart_lsn::text, confirmed_flush_lsn::text, {conflicting}, {reason}, {two_phase} \
+         {wal_status}, restart_lsn::text, confirmed_flush_lsn::text, {conflicting}, {reason}, {two_phase}, \
+         {failover}, {synced} \
          FROM pg_replication_slots WHERE slot_name::text = $1::text"
     );
     let Some(row) = client.query_opt(&sql, &[&slot]).await.map_err(sql_error)? else {
@@ -225,6 +236,8 @@ pub async fn inspect_slot(client: &Client, slot: &str) -> Result<Option<SlotInfo
         conflicting: row.try_get(9).map_err(sql_error)?,
         invalidation_reason: row.try_get(10).map_err(sql_error)?,
         two_phase: row.try_get(11).map_err(sql_error)?,
+        failover: row.try_get(12).map_err(sql_error)?,
+        synced: row.try_get(13).map_err(sql_error)?,
     }))
 }
 
@@ -334,6 +347,8 @@ mod tests {
             conflicting: None,
             invalidation_reason: None,
             two_phase: Some(false),
+            failover: None,
+            synced: None,
         }
     }
 

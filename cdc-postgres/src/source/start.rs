@@ -57,6 +57,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
         refuse_slot_lost_in_promotion(&config, &report, token).await?;
     }
     let report = report.into_result()?;
+    refuse_failover_slot_on_standby(&config, &report)?;
     source.server_version = report.server_version_num;
     source.in_recovery = report.in_recovery;
     let table_names: Vec<TableName> = if config.tables.is_empty() {
@@ -477,6 +478,33 @@ async fn verify_slot_after_start(source: &PgSource, walsender: i32) -> Result<()
         Some(problem) => Err(problem.to_error()),
         None => Ok(()),
     }
+}
+
+/// On a standby a failover slot can neither be created (PostgreSQL syncs them from the
+/// primary) nor streamed from while it is a synced copy (until the standby is promoted).
+fn refuse_failover_slot_on_standby(
+    config: &crate::conn::SourceConfig,
+    report: &crate::conn::PreflightReport,
+) -> Result<()> {
+    if !report.in_recovery {
+        return Ok(());
+    }
+    let slot = config.slot_name();
+    if report.slot.as_ref().is_some_and(|s| s.synced == Some(true)) {
+        return Err(Error::config(format!(
+            "replication slot {slot:?} on this standby is a synced copy of the primary's failover slot: it cannot be streamed from \
+             until this standby is promoted. Stream from the primary (after a promotion, from this server); to stream from this \
+             standby instead, use another slot name (--slot)"
+        )));
+    }
+    if config.failover {
+        return Err(Error::config(
+            "the server is a standby: a failover slot is created on the primary, and standbys keep synced copies of it. \
+             Stream from the primary with --failover (`pgcdc check --failover` against this standby shows whether it keeps \
+             the copy), or from this standby without --failover",
+        ));
+    }
+    Ok(())
 }
 
 /// A slot the token needs that is missing on a server promoted since the token was taken
