@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use cdc_core::Lsn;
 use cdc_testkit::{ADMIN_USER, Cluster};
 use rand::Rng;
 use support::bank::*;
@@ -196,6 +197,92 @@ async fn primary_killed_while_streaming(major: u32) {
         &format!("PostgreSQL {major}: primary killed {wait} ms in"),
     );
     resume_on_new_primary(&stream, &standby).await;
+}
+
+/// The highest "acknowledged X/Y" in pgcdc's progress lines.
+fn acknowledged(lines: &[String]) -> Option<Lsn> {
+    lines
+        .iter()
+        .filter_map(|line| {
+            let rest = line.split("acknowledged ").nth(1)?;
+            rest.split([',', ' ']).next()?.parse::<Lsn>().ok()
+        })
+        .max()
+}
+
+/// A connection string naming both servers with `target_session_attrs=read-write`, as
+/// libpq allows: `check` and the stream go to the primary; when it is killed and the
+/// standby promoted, the running pgcdc reconnects to the new primary by itself (the
+/// timeline switch judged in-process) and streams on, with no restart; a rerun with the
+/// same string resumes there too. The files equal `SELECT *` on the new primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_host_uri_follows_the_promotion_without_a_restart() {
+    let (primary, standby) = primary_and_syncing_standby(17, true).await;
+    let uri = format!(
+        "postgresql://{ADMIN_USER}@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        standby.port(),
+        primary.port()
+    );
+    // The standby is named first: read-write skips it.
+    let output = run(
+        pgcdc([
+            "check",
+            "--uri",
+            &uri,
+            "--publication",
+            "pub",
+            "--slot",
+            SLOT,
+            "--failover",
+        ]),
+        TIMEOUT,
+    );
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{out}");
+    assert!(!out.contains("standby"), "check went to the standby: {out}");
+
+    let out_dir = tempfile::tempdir().unwrap();
+    let stream = failover_stream(&out_dir);
+    let load = start_workload(
+        primary.connect("postgres").await.unwrap(),
+        SEED_ACCOUNTS + 1,
+    );
+    let (child, stderr) = stream.spawn_for_uri(&uri);
+    wait_for_synced_slot(&standby).await;
+    let wait = rand::rng().random_range(1000..3000);
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    primary.kill9().await.unwrap();
+    assert!(load.stop().await > 0);
+    standby.promote().await.unwrap();
+
+    let load = start_workload(
+        standby.connect("postgres").await.unwrap(),
+        SEED_ACCOUNTS * 10,
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(load.stop().await > 0, "no writes on the new primary");
+    let end: Lsn = standby.current_wal_lsn().await.unwrap().parse().unwrap();
+    let followed = stderr.wait_for(Duration::from_secs(90), |lines| {
+        acknowledged(lines).is_some_and(|lsn| lsn >= end)
+    });
+    let lines = stderr.snapshot();
+    assert!(
+        followed,
+        "the running pgcdc did not stream on from the new primary to {end}: {}",
+        lines.join("\n")
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("reconnecting")),
+        "{lines:?}"
+    );
+    kill_and_report(
+        child,
+        stderr,
+        &format!("multi-host: primary killed {wait} ms in, followed to {end}"),
+    );
+    stream
+        .finish_and_compare_for_uri(&uri, &end.to_string(), &standby)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -217,11 +217,15 @@ impl OutDirStream {
 
     /// The command line against `source` (as the admin over TCP), with `extra` last.
     pub fn args(&self, source: &Cluster, extra: &[&str]) -> Vec<String> {
-        let uri = source.uri("postgres", ADMIN_USER, None);
+        self.args_for_uri(&admin_uri(source), extra)
+    }
+
+    /// The command line against the connection string `uri`, with `extra` last.
+    pub fn args_for_uri(&self, uri: &str, extra: &[&str]) -> Vec<String> {
         let mut args: Vec<String> = [
             "stream",
             "--uri",
-            &uri,
+            uri,
             "--publication",
             "pub",
             "--out-dir",
@@ -245,7 +249,12 @@ impl OutDirStream {
 
     /// Starts a run against `source`, its stderr collected.
     pub fn spawn(&self, source: &Cluster) -> (Child, super::Lines) {
-        let mut child = super::pgcdc(self.args(source, &[]))
+        self.spawn_for_uri(&admin_uri(source))
+    }
+
+    /// Starts a run against the connection string `uri`, its stderr collected.
+    pub fn spawn_for_uri(&self, uri: &str) -> (Child, super::Lines) {
+        let mut child = super::pgcdc(self.args_for_uri(uri, &[]))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -264,7 +273,13 @@ impl OutDirStream {
     /// Runs against `source` until `end_lsn` and checks that it ended there, then that the
     /// files, replayed, equal `SELECT *` on `oracle`.
     pub async fn finish_and_compare(&self, source: &Cluster, end_lsn: &str, oracle: &Cluster) {
-        let args = self.args(source, &["--end-lsn", end_lsn, "--summary", "json"]);
+        self.finish_and_compare_for_uri(&admin_uri(source), end_lsn, oracle)
+            .await
+    }
+
+    /// [`Self::finish_and_compare`] with the connection string `uri`.
+    pub async fn finish_and_compare_for_uri(&self, uri: &str, end_lsn: &str, oracle: &Cluster) {
+        let args = self.args_for_uri(uri, &["--end-lsn", end_lsn, "--summary", "json"]);
         let output = tokio::task::spawn_blocking(move || {
             super::run(super::pgcdc(args), Duration::from_secs(180))
         })
@@ -280,6 +295,11 @@ impl OutDirStream {
             assert_equals_select(&client, table, select, &replayed).await;
         }
     }
+}
+
+/// The admin's connection URI for `cluster` (over TCP, no password).
+pub fn admin_uri(cluster: &Cluster) -> String {
+    cluster.uri("postgres", ADMIN_USER, None)
 }
 
 /// Kills `child` with SIGKILL, asserts it had not panicked, and prints its stderr

@@ -65,6 +65,78 @@ impl fmt::Display for Host {
     }
 }
 
+/// Another server a connection may go to when several are named (`host=a,b`): where it
+/// listens. The first server is [`ConnectionConfig::host`], `hostaddr` and `port`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    /// Host name, IP address or Unix socket directory.
+    pub host: Host,
+    /// Numeric address to connect to instead of resolving `host`.
+    pub hostaddr: Option<IpAddr>,
+    /// TCP port.
+    pub port: u16,
+}
+
+/// libpq's `target_session_attrs`: which server of those named a connection accepts.
+/// Each is tried in order; one that does not qualify is skipped as one that is down.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TargetSessionAttrs {
+    /// The first server that accepts the connection (the default).
+    #[default]
+    Any,
+    /// A server that is not in recovery and not read-only by default
+    /// (`default_transaction_read_only` off): after a failover, the promoted standby.
+    ReadWrite,
+    /// A server that is not in recovery.
+    Primary,
+    /// A server in recovery (a standby).
+    Standby,
+}
+
+impl TargetSessionAttrs {
+    /// The name libpq uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetSessionAttrs::Any => "any",
+            TargetSessionAttrs::ReadWrite => "read-write",
+            TargetSessionAttrs::Primary => "primary",
+            TargetSessionAttrs::Standby => "standby",
+        }
+    }
+
+    /// Whether a server in recovery (`in_recovery`) whose `default_transaction_read_only`
+    /// is `read_only` qualifies.
+    pub fn accepts(self, in_recovery: bool, read_only: bool) -> bool {
+        match self {
+            TargetSessionAttrs::Any => true,
+            TargetSessionAttrs::ReadWrite => !in_recovery && !read_only,
+            TargetSessionAttrs::Primary => !in_recovery,
+            TargetSessionAttrs::Standby => in_recovery,
+        }
+    }
+}
+
+impl fmt::Display for TargetSessionAttrs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for TargetSessionAttrs {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "any" => Ok(TargetSessionAttrs::Any),
+            "read-write" => Ok(TargetSessionAttrs::ReadWrite),
+            "primary" => Ok(TargetSessionAttrs::Primary),
+            "standby" => Ok(TargetSessionAttrs::Standby),
+            other => Err(Error::config(format!(
+                "unsupported target_session_attrs {other:?}: use any, read-write, primary or standby"
+            ))),
+        }
+    }
+}
+
 /// libpq's `sslmode`, with libpq's semantics.
 ///
 /// | mode | TLS | verifies the chain | verifies the host name |
@@ -277,6 +349,12 @@ pub struct ConnectionConfig {
     /// Command-line options sent to the server at startup (libpq `options`, e.g.
     /// `-c statement_timeout=0`).
     pub options: Option<String>,
+    /// The servers after the first, when several are named (`host=a,b`, or
+    /// `postgres://a:5432,b:5432/db`): each connection tries them in order, the first
+    /// ([`Self::host`]) first, and takes the first one `target_session_attrs` accepts.
+    pub fallback_hosts: Vec<Endpoint>,
+    /// Which server of those named a connection accepts.
+    pub target_session_attrs: TargetSessionAttrs,
 }
 
 impl fmt::Debug for ConnectionConfig {
@@ -292,6 +370,8 @@ impl fmt::Debug for ConnectionConfig {
             .field("application_name", &self.application_name)
             .field("connect_timeout", &self.connect_timeout)
             .field("options", &self.options)
+            .field("fallback_hosts", &self.fallback_hosts)
+            .field("target_session_attrs", &self.target_session_attrs)
             .finish()
     }
 }
@@ -320,6 +400,27 @@ impl ConnectionConfig {
     /// Whether the connection goes over a Unix socket (and so never uses TLS).
     pub fn is_unix_socket(&self) -> bool {
         matches!(self.host, Host::Unix(_))
+    }
+
+    /// The configuration for each server named, in the order they are tried: this one
+    /// with its first server only, then one per [`Self::fallback_hosts`] entry.
+    pub fn per_server(&self) -> Vec<ConnectionConfig> {
+        let single = |endpoint: &Endpoint| ConnectionConfig {
+            host: endpoint.host.clone(),
+            hostaddr: endpoint.hostaddr,
+            port: endpoint.port,
+            fallback_hosts: Vec::new(),
+            ..self.clone()
+        };
+        let first = Endpoint {
+            host: self.host.clone(),
+            hostaddr: self.hostaddr,
+            port: self.port,
+        };
+        std::iter::once(&first)
+            .chain(&self.fallback_hosts)
+            .map(single)
+            .collect()
     }
 }
 

@@ -17,8 +17,11 @@
 //! only through [`ConnectionConfig::parse_with_env`] (see [`super::env`]); `~/.postgresql/`
 //! never is.
 //!
-//! Not supported, with an error that says so: several hosts (`host=a,b`) and
-//! `sslrootcert=system`.
+//! Several servers are named as in libpq: `host=a,b port=5432,5433` (one port for all,
+//! or one per host; `hostaddr` one per host), or `postgres://a:5432,b:5433/db`; with
+//! `target_session_attrs` (`any`, `read-write`, `primary`, `standby`) saying which one a
+//! connection takes. Not supported, with an error that says so: `sslrootcert=system` and
+//! the other `target_session_attrs` values.
 //!
 //! Errors never show any part of a password, even of one written wrongly. In a URI, a raw
 //! `/` or `?` in the password ends the host part early and moves the rest of the password
@@ -44,7 +47,8 @@ use cdc_core::{Error, Result};
 use percent_encoding::percent_decode_str;
 
 use super::config::{
-    ConnectionConfig, DEFAULT_HOST, DEFAULT_PORT, Host, PemSource, SourceConfig, TlsConfig,
+    ConnectionConfig, DEFAULT_HOST, DEFAULT_PORT, Endpoint, Host, PemSource, SourceConfig,
+    TargetSessionAttrs, TlsConfig,
 };
 
 /// The parameters a connection string may contain.
@@ -63,6 +67,7 @@ pub const SUPPORTED_PARAMETERS: &[&str] = &[
     "application_name",
     "connect_timeout",
     "options",
+    "target_session_attrs",
 ];
 
 /// Parses a connection string in either form without the cross-parameter checks of
@@ -166,11 +171,20 @@ fn check_guarded(params: &[Param]) -> Result<()> {
         if param.key == "user" || param.key == "password" {
             continue;
         }
-        let alone = vec![
-            ("user".to_owned(), "-".to_owned()),
-            (param.key.clone(), param.value.clone()),
-        ];
-        if build(alone).is_err() {
+        // A host or port list is checked item by item: its length is checked against
+        // the other lists later, which shows no value.
+        let items: Vec<&str> = match param.key.as_str() {
+            "host" | "port" => param.value.split(',').collect(),
+            _ => vec![param.value.as_str()],
+        };
+        let invalid = items.into_iter().any(|item| {
+            let alone = vec![
+                ("user".to_owned(), "-".to_owned()),
+                (param.key.clone(), item.to_owned()),
+            ];
+            build(alone).is_err()
+        });
+        if invalid {
             return Err(if SUPPORTED_PARAMETERS.contains(&param.key.as_str()) {
                 config_error(format!(
                     "invalid {} in the connection URI (the value is {GUARDED_HINT})",
@@ -278,43 +292,20 @@ fn parse_uri(rest: &str) -> Result<Vec<Param>> {
     let hostport_end = remaining.find(['/', '?']).unwrap_or(remaining.len());
     let hostport = &remaining[..hostport_end];
     let guarded = pos < guard_end;
-    if hostport.contains(',') {
-        return Err(multiple_hosts());
+    // Several servers: `host1:port1,host2:port2`, each port optional.
+    let mut hosts = Vec::new();
+    let mut ports = Vec::new();
+    for element in hostport.split(',') {
+        let (host, port) = uri_host(element)?;
+        hosts.push(host);
+        ports.push(port.map(|p| decode(p, "port")).transpose()?);
     }
-    let (host, port) = if let Some(bracketed) = hostport.strip_prefix('[') {
-        let (addr, after) = bracketed.split_once(']').ok_or_else(|| {
-            config_error("unterminated IPv6 address in the connection URI: expected ']'")
-        })?;
-        if addr.is_empty() {
-            return Err(config_error("empty IPv6 address in the connection URI"));
-        }
-        let port = match after {
-            "" => None,
-            p => Some(p.strip_prefix(':').ok_or_else(|| {
-                config_error(
-                    "unexpected text after the IPv6 address in the connection URI: expected ':' and the port",
-                )
-            })?),
-        };
-        (addr.to_owned(), port)
-    } else {
-        match hostport.rsplit_once(':') {
-            // Two ':' outside brackets: not a host and a port, but most likely
-            // `user:password` with the '@host' forgotten.
-            Some((h, _)) if h.contains(':') => {
-                return Err(config_error(format!(
-                    "invalid host in the connection URI: it contains ':' (write an IPv6 address in brackets, [::1]; the text is {GUARDED_HINT})"
-                )));
-            }
-            Some((h, p)) => (decode(h, "host")?, Some(p)),
-            None => (decode(hostport, "host")?, None),
-        }
-    };
-    if !host.is_empty() {
-        params.push(Param::new("host", host, guarded));
+    if hosts.iter().any(|h| !h.is_empty()) {
+        params.push(Param::new("host", hosts.join(","), guarded));
     }
-    if let Some(port) = port {
-        params.push(Param::new("port", decode(port, "port")?, guarded));
+    if ports.iter().any(Option::is_some) {
+        let ports: Vec<String> = ports.into_iter().map(Option::unwrap_or_default).collect();
+        params.push(Param::new("port", ports.join(","), guarded));
     }
     pos += hostport_end;
 
@@ -496,10 +487,113 @@ fn missing_equals(key: &str, previous: Option<&str>) -> Error {
     ))
 }
 
-fn multiple_hosts() -> Error {
-    config_error(
-        "several hosts in one connection string (host=a,b) are not supported: a replication slot lives on one server; name exactly one host",
-    )
+/// One `host[:port]` of a URI's host list (an IPv6 address in brackets), the host
+/// percent-decoded, the port as written.
+fn uri_host(hostport: &str) -> Result<(String, Option<&str>)> {
+    let (host, port) = if let Some(bracketed) = hostport.strip_prefix('[') {
+        let (addr, after) = bracketed.split_once(']').ok_or_else(|| {
+            config_error("unterminated IPv6 address in the connection URI: expected ']'")
+        })?;
+        if addr.is_empty() {
+            return Err(config_error("empty IPv6 address in the connection URI"));
+        }
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':').ok_or_else(|| {
+                config_error(
+                    "unexpected text after the IPv6 address in the connection URI: expected ':' and the port",
+                )
+            })?),
+        };
+        (addr.to_owned(), port)
+    } else {
+        match hostport.rsplit_once(':') {
+            // Two ':' outside brackets: not a host and a port, but most likely
+            // `user:password` with the '@host' forgotten.
+            Some((h, _)) if h.contains(':') => {
+                return Err(config_error(format!(
+                    "invalid host in the connection URI: it contains ':' (write an IPv6 address in brackets, [::1]; the text is {GUARDED_HINT})"
+                )));
+            }
+            Some((h, p)) => (decode(h, "host")?, Some(p)),
+            None => (decode(hostport, "host")?, None),
+        }
+    };
+    if host.contains(',') {
+        return Err(config_error(
+            "a host in the connection URI contains a ',' (%2C): a comma separates hosts",
+        ));
+    }
+    Ok((host, port))
+}
+
+/// A value with no NUL character, as written (empty means the default).
+fn checked(key: &str, value: String) -> Result<String> {
+    Ok(non_empty(key, value)?.unwrap_or_default())
+}
+
+/// The servers named by libpq's comma-separated `host`, `hostaddr` and `port` lists:
+/// `hostaddr` has as many entries as `host` when both are given; `port` has one entry
+/// (for every server) or one per server. An empty entry means the default.
+fn servers(hosts: &str, hostaddrs: &str, ports: &str) -> Result<Vec<Endpoint>> {
+    let split = |list: &str| -> Vec<String> {
+        if list.is_empty() {
+            Vec::new()
+        } else {
+            list.split(',').map(|item| item.trim().to_owned()).collect()
+        }
+    };
+    let hosts = split(hosts);
+    let hostaddrs = split(hostaddrs);
+    let ports = split(ports);
+    if !hosts.is_empty() && !hostaddrs.is_empty() && hosts.len() != hostaddrs.len() {
+        return Err(config_error(format!(
+            "the connection string names {} hosts but {} hostaddr values: give one hostaddr per host (or none)",
+            hosts.len(),
+            hostaddrs.len()
+        )));
+    }
+    let count = hosts.len().max(hostaddrs.len()).max(1);
+    if ports.len() > 1 && ports.len() != count {
+        return Err(config_error(format!(
+            "the connection string names {count} servers but {} ports: give one port for all, or one per host",
+            ports.len()
+        )));
+    }
+    (0..count)
+        .map(|i| {
+            let host = hosts.get(i).filter(|h| !h.is_empty()).cloned();
+            let hostaddr = match hostaddrs.get(i).filter(|a| !a.is_empty()) {
+                None => None,
+                Some(v) => Some(v.parse::<IpAddr>().map_err(|_| {
+                    config_error(format!(
+                        "invalid hostaddr {v:?}: expected a numeric IPv4 or IPv6 address"
+                    ))
+                })?),
+            };
+            let port_text = ports.get(i).or(ports.first()).map_or("", |p| p.as_str());
+            let port = match port_text {
+                "" => DEFAULT_PORT,
+                v => v.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                    config_error(format!(
+                        "invalid port {v:?}: expected a number from 1 to 65535"
+                    ))
+                })?,
+            };
+            let host = match (host, hostaddr) {
+                (Some(h), _) if h.starts_with('/') => Host::Unix(PathBuf::from(h)),
+                (Some(h), _) => Host::Tcp(h),
+                // Only hostaddr: it is also the name TLS verifies against, as in libpq.
+                (None, Some(addr)) => Host::Tcp(addr.to_string()),
+                (None, None) => Host::Tcp(DEFAULT_HOST.to_owned()),
+            };
+            Ok(Endpoint {
+                host,
+                hostaddr,
+                port,
+            })
+        })
+        .collect()
 }
 
 fn unknown_parameter(key: &str) -> Error {
@@ -521,9 +615,11 @@ fn non_empty(key: &str, value: String) -> Result<Option<String>> {
 
 /// Interprets the pairs. Later pairs override earlier ones.
 fn build(pairs: Vec<(String, String)>) -> Result<ConnectionConfig> {
-    let mut host: Option<String> = None;
-    let mut hostaddr: Option<IpAddr> = None;
-    let mut port = DEFAULT_PORT;
+    // Comma-separated lists, as in libpq; resolved into servers after the loop.
+    let mut hosts = String::new();
+    let mut hostaddrs = String::new();
+    let mut ports = String::new();
+    let mut target_session_attrs = TargetSessionAttrs::Any;
     let mut dbname = None;
     let mut user = None;
     let mut password = None;
@@ -534,38 +630,10 @@ fn build(pairs: Vec<(String, String)>) -> Result<ConnectionConfig> {
 
     for (key, value) in pairs {
         match key.as_str() {
-            "host" => {
-                if value.contains(',') {
-                    return Err(multiple_hosts());
-                }
-                host = non_empty("host", value)?;
-            }
-            "hostaddr" => {
-                if value.contains(',') {
-                    return Err(multiple_hosts());
-                }
-                hostaddr = match non_empty("hostaddr", value)? {
-                    None => None,
-                    Some(v) => Some(v.parse().map_err(|_| {
-                        config_error(format!(
-                            "invalid hostaddr {v:?}: expected a numeric IPv4 or IPv6 address"
-                        ))
-                    })?),
-                };
-            }
-            "port" => {
-                if value.contains(',') {
-                    return Err(multiple_hosts());
-                }
-                port = match value.trim() {
-                    "" => DEFAULT_PORT,
-                    v => v.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-                        config_error(format!(
-                            "invalid port {v:?}: expected a number from 1 to 65535"
-                        ))
-                    })?,
-                };
-            }
+            "host" => hosts = checked("host", value)?,
+            "hostaddr" => hostaddrs = checked("hostaddr", value)?,
+            "port" => ports = checked("port", value)?,
+            "target_session_attrs" => target_session_attrs = value.trim().parse()?,
             "dbname" => dbname = non_empty("dbname", value)?,
             "user" => user = non_empty("user", value)?,
             "password" => {
@@ -603,17 +671,18 @@ fn build(pairs: Vec<(String, String)>) -> Result<ConnectionConfig> {
     let user = user.ok_or_else(|| {
         config_error("the connection string names no user: add user=... (or user@ in a URI)")
     })?;
-    let host = match (host, hostaddr) {
-        (Some(h), _) if h.starts_with('/') => Host::Unix(PathBuf::from(h)),
-        (Some(h), _) => Host::Tcp(h),
-        // Only hostaddr: it is also the name TLS verifies against, as in libpq.
-        (None, Some(addr)) => Host::Tcp(addr.to_string()),
-        (None, None) => Host::Tcp(DEFAULT_HOST.to_owned()),
+    let mut servers = servers(&hosts, &hostaddrs, &ports)?.into_iter();
+    let Some(first) = servers.next() else {
+        return Err(config_error(
+            "internal: no server resolved from the connection string",
+        ));
     };
     Ok(ConnectionConfig {
-        host,
-        hostaddr,
-        port,
+        host: first.host,
+        hostaddr: first.hostaddr,
+        port: first.port,
+        fallback_hosts: servers.collect(),
+        target_session_attrs,
         dbname: dbname.unwrap_or_else(|| user.clone()),
         user,
         password,

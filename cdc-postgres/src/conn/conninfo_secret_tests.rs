@@ -105,7 +105,8 @@ const URI_TEMPLATES: &[(&str, &str)] = &[
     ("postgres://cdc:", "@db.example/sh%zzop"),
     ("postgres://cdc:", "@[::1/shop"),
     ("postgres://cdc:", "@[::1]x/shop"),
-    ("postgres://cdc:", "@a,b/shop"),
+    ("postgres://cdc:", "@a:1,b:2,c:x/shop"),
+    ("postgres://cdc:", "@a:1,b:2/shop?port=1,2,3"),
     ("postgres://cdc:", "@db.example/shop?connect_timeout=soon"),
     ("postgres://cdc:", "@db.example/shop?hostaddr=db.example"),
     (
@@ -140,7 +141,11 @@ const KV_TEMPLATES: &[(&str, &str)] = &[
     ("host=db.example user=cdc password=", " dbname='shop"),
     ("host=db.example user=cdc password =", " port=x"),
     ("host=db.example user=cdc password= ", " dbname=shop"),
-    ("user=cdc password=", " host=a,b"),
+    ("user=cdc password=", " host=a,b port=1,2,3"),
+    (
+        "user=cdc password=",
+        " host=a,b target_session_attrs=read-only",
+    ),
     ("host=db.example password=", ""),
     (
         "host=db.example user=cdc password=",

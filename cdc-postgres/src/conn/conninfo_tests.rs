@@ -129,8 +129,14 @@ fn unknown_and_malformed_parameters_are_errors() {
         err.message().contains("\"sslmod\"") && err.message().contains("sslrootcert"),
         "{err}"
     );
-    let err = parse("postgres://u@h/db?target_session_attrs=any").unwrap_err();
-    assert!(err.message().contains("target_session_attrs"), "{err}");
+    let err = parse("postgres://u@h/db?load_balance_hosts=random").unwrap_err();
+    assert!(err.message().contains("\"load_balance_hosts\""), "{err}");
+    let err = parse("host=a,b user=u target_session_attrs=prefer-standby").unwrap_err();
+    assert!(
+        err.message()
+            .contains("any, read-write, primary or standby"),
+        "{err}"
+    );
     for bad in [
         "postgres://u@h:99999/db",
         "postgres://u@h:0/db",
@@ -142,8 +148,12 @@ fn unknown_and_malformed_parameters_are_errors() {
         "postgres://u:%4@h/db",
         "postgres://u:%00@h/db",
         "postgres://u:%ff@h/db",
-        "postgres://u@a,b/db",
-        "host=a,b user=u",
+        "postgres://u@a:1,b:x/db",
+        "postgres://u@a,[::1/db",
+        "host=a,b port=1,2,3 user=u",
+        "host=a,b hostaddr=10.0.0.1 user=u",
+        "host=a,b hostaddr=10.0.0.1,x user=u",
+        "host=a user=u target_session_attrs=read-only",
         "postgres://u@[::1/db",
         "postgres://u@h/db?sslrootcert=system",
         "host=h",
@@ -207,4 +217,52 @@ proptest! {
         let _ = parse(&s);
         let _ = parse(&format!("postgres://{s}"));
     }
+}
+
+#[test]
+fn several_servers_in_both_forms() {
+    let endpoint = |host: &str, port: u16| Endpoint {
+        host: Host::Tcp(host.into()),
+        hostaddr: None,
+        port,
+    };
+    let uri = parse_ok("postgres://u@db1:5433,[::1],db3:6000/shop?target_session_attrs=read-write");
+    assert_eq!(
+        (uri.host.clone(), uri.port),
+        (Host::Tcp("db1".into()), 5433)
+    );
+    assert_eq!(
+        uri.fallback_hosts,
+        [endpoint("::1", DEFAULT_PORT), endpoint("db3", 6000)]
+    );
+    assert_eq!(uri.target_session_attrs, TargetSessionAttrs::ReadWrite);
+    assert_eq!(uri.dbname, "shop");
+
+    // One port for every host; hostaddr one per host; a socket directory among them.
+    let kv =
+        parse_ok("host=a,/run/pg hostaddr=10.0.0.1, port=6432 user=u target_session_attrs=primary");
+    assert_eq!((kv.hostaddr, kv.port), ("10.0.0.1".parse().ok(), 6432));
+    assert_eq!(
+        kv.fallback_hosts,
+        [Endpoint {
+            host: Host::Unix("/run/pg".into()),
+            hostaddr: None,
+            port: 6432
+        }]
+    );
+    assert_eq!(kv.target_session_attrs, TargetSessionAttrs::Primary);
+    let servers = kv.per_server();
+    assert_eq!(servers.len(), 2);
+    assert!(
+        servers
+            .iter()
+            .all(|s| s.fallback_hosts.is_empty() && s.user == "u")
+    );
+    assert_eq!(servers[1].host, Host::Unix("/run/pg".into()));
+
+    // One server: no fallbacks, and the default attributes.
+    let one = parse_ok("host=a user=u");
+    assert!(one.fallback_hosts.is_empty());
+    assert_eq!(one.target_session_attrs, TargetSessionAttrs::Any);
+    assert_eq!(one.per_server().len(), 1);
 }

@@ -221,13 +221,16 @@ impl ConnectionConfig {
         if config.password.is_none()
             && let Some(file) = env.pass_file()
         {
-            let host = match &config.host {
-                Host::Tcp(name) => name.clone(),
-                Host::Unix(dir) => dir.to_string_lossy().into_owned(),
-            };
-            config.password = file
-                .lookup(&host, config.port, &config.dbname, &config.user)
-                .map(|p| p.expose().to_owned());
+            // One password for the connection: the entry of the first server, in the order
+            // they are tried, that has one.
+            config.password = config.per_server().iter().find_map(|server| {
+                let host = match &server.host {
+                    Host::Tcp(name) => name.clone(),
+                    Host::Unix(dir) => dir.to_string_lossy().into_owned(),
+                };
+                file.lookup(&host, server.port, &server.dbname, &server.user)
+                    .map(|p| p.expose().to_owned())
+            });
         }
         config.validate()?;
         Ok(config)

@@ -1,7 +1,8 @@
 //! Stable identity of a stream: the derived source id and slot name, and the check that a
 //! resume token belongs to the server it is resumed against.
 //!
-//! The source id depends on host, port, database and publication only. Credentials, the
+//! The source id depends on host, port, database and publication only (and, when several
+//! servers are named, on each one's host and port, in order). Credentials, the
 //! user, `sslmode`, `application_name` and timeouts are how we reach the source, not which
 //! source it is: rotating a password must not orphan a slot (which would keep holding WAL)
 //! nor start a second one.
@@ -52,6 +53,14 @@ pub fn stable_source_id(connection: &ConnectionConfig, publication: &str) -> Str
     ] {
         hash = fnv1a(hash, &(part.len() as u64).to_be_bytes());
         hash = fnv1a(hash, part.as_bytes());
+    }
+    // Further servers (`host=a,b`) follow, in order; with one server the id is as it
+    // always was.
+    for endpoint in &connection.fallback_hosts {
+        for part in [host_key(&endpoint.host), endpoint.port.to_string()] {
+            hash = fnv1a(hash, &(part.len() as u64).to_be_bytes());
+            hash = fnv1a(hash, part.as_bytes());
+        }
     }
     format!("{hash:016x}")
 }
@@ -180,6 +189,21 @@ mod tests {
         let mut y = base();
         y.dbname = "a".into();
         assert_ne!(stable_source_id(&x, "c"), stable_source_id(&y, "bc"));
+    }
+
+    #[test]
+    fn further_servers_change_identity_and_their_order_matters() {
+        let id =
+            |conninfo: &str| stable_source_id(&ConnectionConfig::parse(conninfo).unwrap(), "p");
+        let one = id("host=a port=5432 user=u dbname=d");
+        let two = id("host=a,b port=5432 user=u dbname=d");
+        assert_ne!(one, two);
+        assert_eq!(
+            two,
+            id("postgres://u@a:5432,B:5432/d?target_session_attrs=read-write")
+        );
+        assert_ne!(two, id("host=b,a port=5432 user=u dbname=d"));
+        assert_ne!(two, id("host=a,b port=5432,5433 user=u dbname=d"));
     }
 
     #[test]

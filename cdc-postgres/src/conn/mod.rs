@@ -43,6 +43,7 @@ pub mod preflight;
 mod read_batching;
 pub mod replication;
 pub mod secret;
+mod servers;
 pub mod session;
 pub mod slot;
 pub mod sql;
@@ -54,8 +55,9 @@ mod transport;
 mod wire;
 
 pub use config::{
-    ChannelBinding, ConnectionConfig, DEFAULT_HOST, DEFAULT_PORT, Host, PemSource, SnapshotMode,
-    SourceConfig, SslMode, TableRef, TlsConfig, validate_slot_name,
+    ChannelBinding, ConnectionConfig, DEFAULT_HOST, DEFAULT_PORT, Endpoint, Host, PemSource,
+    SnapshotMode, SourceConfig, SslMode, TableRef, TargetSessionAttrs, TlsConfig,
+    validate_slot_name,
 };
 pub use env::{ENV_PARAMETERS, PgEnv};
 pub use failover::{FailoverGap, failover_gaps};

@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use cdc_core::{Error, Lsn, Result, SourceIdentity};
 
-use super::config::ConnectionConfig;
 pub use super::config::Streaming;
 use super::config::validate_slot_name;
+use super::config::{ConnectionConfig, TargetSessionAttrs};
 use super::error::Activity;
+use super::servers::ServerRole;
 use super::stream::{ReplicationStream, StreamOptions};
 use super::transport;
 use super::wire::Wire;
@@ -287,7 +288,42 @@ impl ReplicationConnection {
     /// Errors: authentication failures (`28P01`, `28000`) and a role without the
     /// `REPLICATION` attribute are Config errors; an unreachable or restarting server is
     /// Transient; TLS verification failures are Config errors.
+    ///
+    /// With several servers (`host=a,b`), each is tried in order and the first that
+    /// `target_session_attrs` accepts is used (see [`super::servers`]).
     pub async fn connect(config: &ConnectionConfig) -> Result<Self> {
+        super::servers::connect_first(config, |one| async move {
+            let mut conn = Self::connect_one_server(&one).await?;
+            if one.target_session_attrs != TargetSessionAttrs::Any {
+                let role = conn.role().await?;
+                super::servers::require(&one, role)?;
+            }
+            Ok(conn)
+        })
+        .await
+    }
+
+    /// Whether the server is a standby and read-only by default, from what it reported
+    /// at startup (`in_hot_standby` and `default_transaction_read_only` are reported
+    /// from PostgreSQL 14), else asked.
+    async fn role(&mut self) -> Result<ServerRole> {
+        Ok(ServerRole {
+            in_recovery: self.setting_is_on("in_hot_standby").await?,
+            read_only: self.setting_is_on("default_transaction_read_only").await?,
+        })
+    }
+
+    /// Whether boolean setting `name`, as reported at startup or else shown, is on.
+    async fn setting_is_on(&mut self, name: &str) -> Result<bool> {
+        let value = match self.wire.parameter(name) {
+            Some(value) => value.to_owned(),
+            None => self.show(name).await?,
+        };
+        Ok(value.trim() == "on")
+    }
+
+    /// [`Self::connect`] to the one server `config` names first.
+    async fn connect_one_server(config: &ConnectionConfig) -> Result<Self> {
         let wire = transport::connect(config, |socket| Wire::startup(socket, config, true)).await?;
         let mut conn = ReplicationConnection {
             wire,

@@ -25,8 +25,9 @@ use tokio_postgres::config::{
 use tokio_postgres::tls::{ChannelBinding as TlsChannelBinding, TlsConnect, TlsStream};
 
 use super::channel_binding;
-use super::config::{ChannelBinding, ConnectionConfig};
+use super::config::{ChannelBinding, ConnectionConfig, TargetSessionAttrs};
 use super::error::{Activity, from_tokio_postgres};
+use super::servers::ServerRole;
 use super::transport::{self, Socket, describe_target};
 
 /// The `tokio_postgres::Config` for `config`'s user, password, database,
@@ -68,7 +69,39 @@ pub fn tokio_postgres_config(config: &ConnectionConfig) -> tokio_postgres::Confi
 /// Errors are classified like the replication session's: authentication failures are
 /// Config, an unreachable server is Transient, and so on; `channel_binding` failures are
 /// Config errors that say so, as on the replication connection.
+///
+/// With several servers (`host=a,b`), each is tried in order and the first that
+/// `target_session_attrs` accepts is used (see [`super::servers`]).
 pub async fn connect_sql(config: &ConnectionConfig) -> Result<Client> {
+    super::servers::connect_first(config, |one| async move {
+        let client = connect_one_server(&one).await?;
+        if one.target_session_attrs != TargetSessionAttrs::Any {
+            let row = client
+                .query_one(
+                    "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only') = 'on'",
+                    &[],
+                )
+                .await
+                .map_err(|e| {
+                    from_tokio_postgres(e, Activity::Command, "cannot ask the server whether it is a standby")
+                })?;
+            let role = ServerRole {
+                in_recovery: row.try_get(0).map_err(|e| {
+                    from_tokio_postgres(e, Activity::Command, "unexpected pg_is_in_recovery()")
+                })?,
+                read_only: row.try_get(1).map_err(|e| {
+                    from_tokio_postgres(e, Activity::Command, "unexpected default_transaction_read_only")
+                })?,
+            };
+            super::servers::require(&one, role)?;
+        }
+        Ok(client)
+    })
+    .await
+}
+
+/// [`connect_sql`] to the one server `config` names first.
+async fn connect_one_server(config: &ConnectionConfig) -> Result<Client> {
     let pg = tokio_postgres_config(config);
     let target = describe_target(config);
     transport::connect(config, |socket| {

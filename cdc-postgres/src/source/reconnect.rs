@@ -2,7 +2,7 @@
 //! confirmed position, an interrupted consistent snapshot is taken again, both with
 //! backoff, and the online snapshot's bookkeeping follows the new session.
 
-use cdc_core::{Error, Result};
+use cdc_core::{Error, Lsn, Result};
 
 use super::stats::SourceState;
 use super::{PgSource, start};
@@ -63,13 +63,41 @@ impl PgSource {
         }
     }
 
+    /// The highest WAL position of anything received for a batch: what a new server must
+    /// have in its history for the stream to continue there.
+    fn handed_out_upto(&self) -> Lsn {
+        [
+            Some(self.confirmed),
+            self.covered_end,
+            self.building.commit_end,
+            self.queued_upto.map(|p| p.commit_lsn),
+            self.covered_position.map(|p| p.commit_lsn),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(Lsn::ZERO)
+    }
+
     /// Opens a new replication session from the confirmed position.
     async fn resume_stream(&mut self) -> Result<()> {
         self.stream = None;
         let mut conn = ReplicationConnection::connect(&self.options.config.connection).await?;
         let system = conn.identify_system().await?;
-        if let Some(identity) = &self.identity {
-            crate::conn::check_resume(identity, &system.identity(&identity.database, &self.slot))?;
+        if let Some(identity) = self.identity.clone() {
+            // The server may be another one of the connection string's (a standby promoted
+            // since): it may continue only if everything handed out so far is in its
+            // history.
+            let current = system.identity(&identity.database, &self.slot);
+            let comparable = super::start::judged_timeline(
+                &mut conn,
+                &identity,
+                self.handed_out_upto(),
+                &current,
+            )
+            .await?;
+            crate::conn::check_resume(&identity, &comparable)?;
+            self.identity = Some(current);
         }
         let Some(pgoutput) = self.pgoutput.clone() else {
             return Err(Error::protocol("internal: reconnect before start"));

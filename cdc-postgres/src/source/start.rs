@@ -77,7 +77,11 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
         .unwrap_or_else(|| config.connection.dbname.clone());
     let identity = system.identity(&database, &source.slot);
     if let Some(token) = resume {
-        let comparable = judged_timeline(&mut repl, token, &identity).await?;
+        let covered = token
+            .commit_end
+            .unwrap_or(Lsn::ZERO)
+            .max(token.position.map_or(Lsn::ZERO, |p| p.commit_lsn));
+        let comparable = judged_timeline(&mut repl, &token.source, covered, &identity).await?;
         check_resume(&token.source, &comparable)?;
     }
     source.identity = Some(identity);
@@ -354,8 +358,13 @@ pub(super) async fn restart_snapshot(source: &mut PgSource) -> Result<()> {
     }
     let mut repl = ReplicationConnection::connect(&source.options.config.connection).await?;
     let system = repl.identify_system().await?;
-    if let Some(identity) = &source.identity {
-        check_resume(identity, &system.identity(&identity.database, &source.slot))?;
+    if let Some(identity) = source.identity.clone() {
+        // Nothing of the abandoned copy stays, so a promotion since (a standby of the same
+        // system that has the history up to here) is a server to start over on.
+        let current = system.identity(&identity.database, &source.slot);
+        let comparable = judged_timeline(&mut repl, &identity, Lsn::ZERO, &current).await?;
+        check_resume(&identity, &comparable)?;
+        source.identity = Some(current);
     }
     match repl.drop_slot(&source.slot, true).await {
         Ok(()) => {}
@@ -545,40 +554,32 @@ async fn refuse_slot_lost_in_promotion(
     )))
 }
 
-/// The server's identity as the token may compare it: when the server has moved to a later
-/// timeline (a promotion, a restore) and everything the token covers lies in the history
-/// the two share ([`crate::conn::timeline::judge_timeline_switch`]), the token's timeline
-/// stands in for the server's; otherwise the server's own, which `check_resume` refuses.
-async fn judged_timeline(
+/// The server's identity as a stream known as `known` may compare it: when the server has
+/// moved to a later timeline (a promotion, a restore) and everything the stream covers, up
+/// to `covered`, lies in the history the two share
+/// ([`crate::conn::timeline::judge_timeline_switch`]), the known timeline stands in for
+/// the server's; otherwise the server's own, which `check_resume` refuses.
+pub(super) async fn judged_timeline(
     repl: &mut ReplicationConnection,
-    token: &ResumeToken,
+    known: &SourceIdentity,
+    covered: Lsn,
     identity: &SourceIdentity,
 ) -> Result<SourceIdentity> {
-    if token.source.system_identifier != identity.system_identifier
-        || token.source.timeline >= identity.timeline
+    if known.system_identifier != identity.system_identifier || known.timeline >= identity.timeline
     {
         return Ok(identity.clone());
     }
     let history =
         crate::conn::timeline::parse_history(&repl.timeline_history(identity.timeline).await?)?;
-    let covered = token
-        .commit_end
-        .unwrap_or(Lsn::ZERO)
-        .max(token.position.map_or(Lsn::ZERO, |p| p.commit_lsn));
-    crate::conn::timeline::judge_timeline_switch(
-        &token.source,
-        covered,
-        identity.timeline,
-        &history,
-    )?;
+    crate::conn::timeline::judge_timeline_switch(known, covered, identity.timeline, &history)?;
     tracing::warn!(
-        from = token.source.timeline,
+        from = known.timeline,
         to = identity.timeline,
         %covered,
-        "the server changed timeline since the resume token was taken; everything the token covers is in its history: resuming"
+        "the server changed timeline since that position was saved; everything up to it is in the server's history: resuming"
     );
     Ok(SourceIdentity {
-        timeline: token.source.timeline,
+        timeline: known.timeline,
         ..identity.clone()
     })
 }
