@@ -5,7 +5,7 @@
 //! a standby whether it already holds a persistent synced copy of the slot.
 //!
 //! Each gap is a [`FailoverGap`] with what it costs at failover and how to close it;
-//! [`failover_gaps`] reads them over SQL, [`super::preflight`] reports them as problems.
+//! [`failover_gaps`] reads them over SQL, [`mod@super::preflight`] reports them as problems.
 
 use tokio_postgres::Client;
 

@@ -290,7 +290,7 @@ impl ReplicationConnection {
     /// Transient; TLS verification failures are Config errors.
     ///
     /// With several servers (`host=a,b`), each is tried in order and the first that
-    /// `target_session_attrs` accepts is used (see [`super::servers`]).
+    /// `target_session_attrs` accepts is used ([`crate::conn::TargetSessionAttrs`]).
     pub async fn connect(config: &ConnectionConfig) -> Result<Self> {
         super::servers::connect_first(config, |one| async move {
             let mut conn = Self::connect_one_server(&one).await?;

@@ -71,7 +71,7 @@ pub fn tokio_postgres_config(config: &ConnectionConfig) -> tokio_postgres::Confi
 /// Config errors that say so, as on the replication connection.
 ///
 /// With several servers (`host=a,b`), each is tried in order and the first that
-/// `target_session_attrs` accepts is used (see [`super::servers`]).
+/// `target_session_attrs` accepts is used ([`crate::conn::TargetSessionAttrs`]).
 pub async fn connect_sql(config: &ConnectionConfig) -> Result<Client> {
     super::servers::connect_first(config, |one| async move {
         let client = connect_one_server(&one).await?;
