@@ -6,6 +6,9 @@
 //!   the raw messages to `/dev/null` — the anchor;
 //! - `recvlogical-binary`: the same with `binary=true`; `recvlogical-unix`,
 //!   `recvlogical-unix-binary`: over the Unix socket instead of TCP;
+//! - `node`: the Node `pg-logical-replication` 2.5 client (`benches/node/drain.mjs`,
+//!   pgoutput `proto_version=1`, text tuples, every message decoded into objects,
+//!   acknowledged automatically) — a second reference;
 //! - `lib-count`: `PgSource` → `Pipeline` → counting sink, full decode into `Value`s
 //!   (binary tuples, the library's default);
 //! - `lib-count-text`: the same with text tuples;
@@ -181,6 +184,20 @@ pub fn stream_consumer(
         }
         return Ok((cmd, server));
     }
+    if consumer == "node" {
+        let script = node_consumer_script()?;
+        let mut cmd = std::process::Command::new("node");
+        cmd.arg(script)
+            .args([
+                "--host",
+                cluster.host(),
+                "--port",
+                &cluster.port().to_string(),
+            ])
+            .args(["--user", "postgres", "--database", "postgres"])
+            .args(["--slot", slot, "--end", end]);
+        return Ok((cmd, server));
+    }
     // `lib-count+threads=1+read-buffer=65536`: per-consumer options for the child.
     let mut parts = consumer.split('+');
     let base = parts.next().unwrap_or_default();
@@ -250,6 +267,27 @@ pub fn stream_consumer(
         child_args.push(v);
     }
     Ok((runner::consume_command(&child_args)?, server))
+}
+
+/// `benches/node/drain.mjs`, its npm dependencies installed (`npm ci`, once, from the
+/// committed lock file) if they are not yet.
+fn node_consumer_script() -> Result<std::path::PathBuf, String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("node");
+    if !dir.join("node_modules/pg-logical-replication").exists() {
+        eprintln!(
+            "  installing the Node consumer's dependencies (npm ci in {})",
+            dir.display()
+        );
+        let status = std::process::Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--silent"])
+            .current_dir(&dir)
+            .status()
+            .map_err(|e| format!("cannot run npm (needed by the node consumer): {e}"))?;
+        if !status.success() {
+            return Err(format!("npm ci in {} failed: {status}", dir.display()));
+        }
+    }
+    Ok(dir.join("drain.mjs"))
 }
 
 /// `pgcdc stream` from `slot` to `end` into files (`out-dir`) or a JetStream stream named
