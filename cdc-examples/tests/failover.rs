@@ -14,7 +14,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -168,22 +168,35 @@ async fn consumer_killed_then_primary_killed(major: u32) {
     resume_on_new_primary(&stream, &standby).await;
 }
 
-async fn primary_killed_while_streaming(major: u32) {
-    let (primary, standby) = primary_and_syncing_standby(major, true).await;
-    let out = tempfile::tempdir().unwrap();
-    let stream = failover_stream(&out);
+/// Under write load on the primary, starts pgcdc with `spawn`, waits until the standby
+/// holds a persistent copy of the slot and 1–3 s more, then SIGKILLs the primary and
+/// promotes the standby. Returns the still running pgcdc and the wait in milliseconds.
+async fn primary_dies_while_streaming(
+    primary: &Cluster,
+    standby: &Cluster,
+    spawn: impl FnOnce() -> (Child, Lines),
+) -> (Child, Lines, u64) {
     let load = start_workload(
         primary.connect("postgres").await.unwrap(),
         SEED_ACCOUNTS + 1,
     );
-    let (child, stderr) = stream.spawn(&primary);
-    wait_for_synced_slot(&standby).await;
+    let (child, stderr) = spawn();
+    wait_for_synced_slot(standby).await;
     let wait = rand::rng().random_range(1000..3000);
     tokio::time::sleep(Duration::from_millis(wait)).await;
     primary.kill9().await.unwrap();
     assert!(load.stop().await > 0);
-    // pgcdc keeps trying the dead primary; it is stopped once the standby is promoted.
     standby.promote().await.unwrap();
+    (child, stderr, wait)
+}
+
+async fn primary_killed_while_streaming(major: u32) {
+    let (primary, standby) = primary_and_syncing_standby(major, true).await;
+    let out = tempfile::tempdir().unwrap();
+    let stream = failover_stream(&out);
+    let (child, stderr, wait) =
+        primary_dies_while_streaming(&primary, &standby, || stream.spawn(&primary)).await;
+    // pgcdc keeps trying the dead primary; it is stopped once the standby is promoted.
     assert!(
         stderr.wait_for(Duration::from_secs(30), |lines| lines
             .iter()
@@ -224,36 +237,14 @@ async fn a_multi_host_uri_follows_the_promotion_without_a_restart() {
         primary.port()
     );
     // The standby is named first: read-write skips it.
-    let output = run(
-        pgcdc([
-            "check",
-            "--uri",
-            &uri,
-            "--publication",
-            "pub",
-            "--slot",
-            SLOT,
-            "--failover",
-        ]),
-        TIMEOUT,
-    );
-    let out = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(output.status.code(), Some(0), "{out}");
+    let (code, out) = check_failover(&uri, SLOT);
+    assert_eq!(code, Some(0), "{out}");
     assert!(!out.contains("standby"), "check went to the standby: {out}");
 
     let out_dir = tempfile::tempdir().unwrap();
     let stream = failover_stream(&out_dir);
-    let load = start_workload(
-        primary.connect("postgres").await.unwrap(),
-        SEED_ACCOUNTS + 1,
-    );
-    let (child, stderr) = stream.spawn_for_uri(&uri);
-    wait_for_synced_slot(&standby).await;
-    let wait = rand::rng().random_range(1000..3000);
-    tokio::time::sleep(Duration::from_millis(wait)).await;
-    primary.kill9().await.unwrap();
-    assert!(load.stop().await > 0);
-    standby.promote().await.unwrap();
+    let (child, stderr, wait) =
+        primary_dies_while_streaming(&primary, &standby, || stream.spawn_for_uri(&uri)).await;
 
     let load = start_workload(
         standby.connect("postgres").await.unwrap(),
@@ -410,19 +401,18 @@ fn dir_listing(dir: &Path) -> BTreeMap<String, u64> {
         .collect()
 }
 
-fn check(cluster: &Cluster, extra: &[&str]) -> (Option<i32>, String) {
-    let uri = cluster.uri("postgres", ADMIN_USER, None);
-    let mut args = vec![
+/// `pgcdc check --failover` of `slot` against `uri`: its exit code and stdout.
+fn check_failover(uri: &str, slot: &str) -> (Option<i32>, String) {
+    let args = [
         "check",
         "--uri",
-        &uri,
+        uri,
         "--publication",
         "pub",
         "--slot",
-        SLOT,
+        slot,
         "--failover",
     ];
-    args.extend_from_slice(extra);
     let output = run(pgcdc(args), TIMEOUT);
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(!stdout.contains("panicked"), "{stdout}");
@@ -436,7 +426,7 @@ fn check(cluster: &Cluster, extra: &[&str]) -> (Option<i32>, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_reports_what_keeps_a_failover_slot() {
     let (primary, standby) = primary_and_syncing_standby(17, false).await;
-    let (code, out) = check(&primary, &[]);
+    let (code, out) = check_failover(&admin_uri(&primary), SLOT);
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("synchronized_standby_slots is empty"), "{out}");
 
@@ -447,7 +437,7 @@ async fn check_reports_what_keeps_a_failover_slot() {
         .await
         .unwrap();
     primary.reload().await.unwrap();
-    let (code, out) = check(&primary, &[]);
+    let (code, out) = check_failover(&admin_uri(&primary), SLOT);
     assert_eq!(code, Some(3), "{out}");
     assert!(
         out.contains("\"no_such_slot\" named in synchronized_standby_slots does not exist")
@@ -456,12 +446,12 @@ async fn check_reports_what_keeps_a_failover_slot() {
     );
     primary.execute(&alter_primary(STANDBY_SLOT)).await.unwrap();
     primary.reload().await.unwrap();
-    let (code, out) = check(&primary, &[]);
+    let (code, out) = check_failover(&admin_uri(&primary), SLOT);
     assert_eq!(code, Some(0), "{out}");
     assert!(!out.contains("synchronized_standby_slots"), "{out}");
 
     // The standby: no copy yet.
-    let (code, out) = check(&standby, &[]);
+    let (code, out) = check_failover(&admin_uri(&standby), SLOT);
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("no copy of replication slot"), "{out}");
     assert!(!out.contains("sync_replication_slots = off"), "{out}");
@@ -470,21 +460,7 @@ async fn check_reports_what_keeps_a_failover_slot() {
         .execute("SELECT pg_create_logical_replication_slot('plain', 'pgoutput')")
         .await
         .unwrap();
-    let uri = primary.uri("postgres", ADMIN_USER, None);
-    let output = run(
-        pgcdc([
-            "check",
-            "--uri",
-            &uri,
-            "--publication",
-            "pub",
-            "--slot",
-            "plain",
-            "--failover",
-        ]),
-        TIMEOUT,
-    );
-    let out = String::from_utf8_lossy(&output.stdout);
+    let (_, out) = check_failover(&admin_uri(&primary), "plain");
     assert!(
         out.contains("\"plain\" exists but is not a failover slot"),
         "{out}"
@@ -500,7 +476,7 @@ async fn check_reports_what_keeps_a_failover_slot() {
     );
     let (child, stderr) = stream.spawn(&primary);
     wait_for_synced_slot(&standby).await;
-    let (code, out) = check(&standby, &[]);
+    let (code, out) = check_failover(&admin_uri(&standby), SLOT);
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("survives a promotion"), "{out}");
     assert!(

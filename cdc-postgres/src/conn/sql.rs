@@ -76,22 +76,19 @@ pub async fn connect_sql(config: &ConnectionConfig) -> Result<Client> {
     super::servers::connect_first(config, |one| async move {
         let client = connect_one_server(&one).await?;
         if one.target_session_attrs != TargetSessionAttrs::Any {
+            let asked = |e| {
+                from_tokio_postgres(e, Activity::Command, "cannot ask the server whether it is a standby")
+            };
             let row = client
                 .query_one(
                     "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only') = 'on'",
                     &[],
                 )
                 .await
-                .map_err(|e| {
-                    from_tokio_postgres(e, Activity::Command, "cannot ask the server whether it is a standby")
-                })?;
+                .map_err(asked)?;
             let role = ServerRole {
-                in_recovery: row.try_get(0).map_err(|e| {
-                    from_tokio_postgres(e, Activity::Command, "unexpected pg_is_in_recovery()")
-                })?,
-                read_only: row.try_get(1).map_err(|e| {
-                    from_tokio_postgres(e, Activity::Command, "unexpected default_transaction_read_only")
-                })?,
+                in_recovery: row.try_get(0).map_err(asked)?,
+                read_only: row.try_get(1).map_err(asked)?,
             };
             super::servers::require(&one, role)?;
         }

@@ -89,14 +89,8 @@ impl PgSource {
             // since): it may continue only if everything handed out so far is in its
             // history.
             let current = system.identity(&identity.database, &self.slot);
-            let comparable = super::start::judged_timeline(
-                &mut conn,
-                &identity,
-                self.handed_out_upto(),
-                &current,
-            )
-            .await?;
-            crate::conn::check_resume(&identity, &comparable)?;
+            super::start::check_resume_on(&mut conn, &identity, self.handed_out_upto(), &current)
+                .await?;
             self.identity = Some(current);
         }
         let Some(pgoutput) = self.pgoutput.clone() else {

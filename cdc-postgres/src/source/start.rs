@@ -81,8 +81,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
             .commit_end
             .unwrap_or(Lsn::ZERO)
             .max(token.position.map_or(Lsn::ZERO, |p| p.commit_lsn));
-        let comparable = judged_timeline(&mut repl, &token.source, covered, &identity).await?;
-        check_resume(&token.source, &comparable)?;
+        check_resume_on(&mut repl, &token.source, covered, &identity).await?;
     }
     source.identity = Some(identity);
     if let Some(token) = resume.filter(|_| snapshot_only_done) {
@@ -362,8 +361,7 @@ pub(super) async fn restart_snapshot(source: &mut PgSource) -> Result<()> {
         // Nothing of the abandoned copy stays, so a promotion since (a standby of the same
         // system that has the history up to here) is a server to start over on.
         let current = system.identity(&identity.database, &source.slot);
-        let comparable = judged_timeline(&mut repl, &identity, Lsn::ZERO, &current).await?;
-        check_resume(&identity, &comparable)?;
+        check_resume_on(&mut repl, &identity, Lsn::ZERO, &current).await?;
         source.identity = Some(current);
     }
     match repl.drop_slot(&source.slot, true).await {
@@ -554,32 +552,34 @@ async fn refuse_slot_lost_in_promotion(
     )))
 }
 
-/// The server's identity as a stream known as `known` may compare it: when the server has
-/// moved to a later timeline (a promotion, a restore) and everything the stream covers, up
-/// to `covered`, lies in the history the two share
-/// ([`crate::conn::timeline::judge_timeline_switch`]), the known timeline stands in for
-/// the server's; otherwise the server's own, which `check_resume` refuses.
-pub(super) async fn judged_timeline(
+/// Checks that a stream known as `known` may continue on the server now identified as
+/// `current` ([`check_resume`]), where a later timeline (a promotion, a restore) is
+/// accepted if everything the stream covers, up to `covered`, lies in the history the
+/// two share ([`crate::conn::timeline::judge_timeline_switch`]).
+pub(super) async fn check_resume_on(
     repl: &mut ReplicationConnection,
     known: &SourceIdentity,
     covered: Lsn,
-    identity: &SourceIdentity,
-) -> Result<SourceIdentity> {
-    if known.system_identifier != identity.system_identifier || known.timeline >= identity.timeline
-    {
-        return Ok(identity.clone());
+    current: &SourceIdentity,
+) -> Result<()> {
+    if known.system_identifier != current.system_identifier || known.timeline >= current.timeline {
+        return check_resume(known, current);
     }
     let history =
-        crate::conn::timeline::parse_history(&repl.timeline_history(identity.timeline).await?)?;
-    crate::conn::timeline::judge_timeline_switch(known, covered, identity.timeline, &history)?;
+        crate::conn::timeline::parse_history(&repl.timeline_history(current.timeline).await?)?;
+    crate::conn::timeline::judge_timeline_switch(known, covered, current.timeline, &history)?;
     tracing::warn!(
         from = known.timeline,
-        to = identity.timeline,
+        to = current.timeline,
         %covered,
         "the server changed timeline since that position was saved; everything up to it is in the server's history: resuming"
     );
-    Ok(SourceIdentity {
-        timeline: known.timeline,
-        ..identity.clone()
-    })
+    // The rest (database, slot) as ever; the timeline was judged above.
+    check_resume(
+        known,
+        &SourceIdentity {
+            timeline: known.timeline,
+            ..current.clone()
+        },
+    )
 }
