@@ -11,46 +11,60 @@ use bytes::Bytes;
 
 /// The bytes `owner[range]`: readable as a slice, shareable as a [`Bytes`] without copying.
 ///
-/// The range is checked when the view is made, so reading and sharing never fail.
+/// The range is checked when the view is made, so reading and sharing never fail. A view
+/// made with [`BytesView::copied`] has no owner: a value that keeps its bytes gets a copy.
 #[derive(Clone, Copy)]
 pub struct BytesView<'a> {
-    owner: &'a Bytes,
+    data: &'a [u8],
+    /// The buffer `data` lies in at `start`, when one is shared.
+    owner: Option<&'a Bytes>,
     start: usize,
-    end: usize,
 }
 
 impl<'a> BytesView<'a> {
     /// The whole of `owner`.
     pub fn whole(owner: &'a Bytes) -> Self {
         BytesView {
-            owner,
+            data: owner.as_ref(),
+            owner: Some(owner),
             start: 0,
-            end: owner.len(),
         }
     }
 
     /// `owner[range]`, or `None` if the range is reversed or goes past the end.
     pub fn new(owner: &'a Bytes, range: Range<usize>) -> Option<Self> {
-        (range.start <= range.end && range.end <= owner.len()).then_some(BytesView {
-            owner,
-            start: range.start,
-            end: range.end,
+        let start = range.start;
+        owner.get(range).map(|data| BytesView {
+            data,
+            owner: Some(owner),
+            start,
         })
+    }
+
+    /// Bytes that no shared buffer holds (or whose buffer should not be shared, e.g. one
+    /// that rows decoded on one thread and dropped on another would contend for): a
+    /// value that keeps them copies them into an allocation of its own, and the others
+    /// cost nothing.
+    pub fn copied(data: &'a [u8]) -> Self {
+        BytesView {
+            data,
+            owner: None,
+            start: 0,
+        }
     }
 
     /// The viewed bytes, borrowed for as long as the owner is.
     pub fn as_slice(&self) -> &'a [u8] {
-        // In bounds by construction; `get` keeps the no-panic guarantee obvious.
-        self.owner.get(self.start..self.end).unwrap_or_default()
+        self.data
     }
 
-    /// The viewed bytes as a `Bytes` sharing the owner's storage (one reference count
-    /// increment, no copy).
+    /// The viewed bytes as a `Bytes`: sharing the owner's storage (one reference count
+    /// increment, no copy), or a copy for a view without an owner.
     pub fn to_bytes(&self) -> Bytes {
-        if self.start == 0 && self.end == self.owner.len() {
-            self.owner.clone()
-        } else {
-            self.owner.slice(self.start..self.end)
+        match self.owner {
+            Some(owner) if self.start == 0 && self.data.len() == owner.len() => owner.clone(),
+            Some(owner) => owner.slice(self.start..self.start + self.data.len()),
+            None => Bytes::copy_from_slice(self.data),
         }
     }
 }
@@ -108,5 +122,15 @@ mod tests {
         let reversed = 2..1;
         assert!(BytesView::new(&owner, reversed).is_none());
         assert_eq!(BytesView::new(&owner, 3..3).unwrap().as_slice(), b"");
+    }
+
+    #[test]
+    fn a_view_without_owner_copies_when_kept() {
+        let buffer = b"hello world".to_vec();
+        let view = BytesView::copied(&buffer[6..]);
+        assert_eq!(view.as_slice(), b"world");
+        let kept = view.to_bytes();
+        assert_eq!(&kept[..], b"world");
+        assert_ne!(kept.as_ptr(), buffer[6..].as_ptr());
     }
 }

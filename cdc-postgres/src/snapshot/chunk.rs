@@ -158,11 +158,11 @@ async fn read_in_transaction(
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(sql_error(context))?;
         decoder.feed(&chunk);
-        while let Some(fields) = decoder
-            .next_row()
+        while let Some(row) = decoder
+            .next_row_with(|bytes, spans| decode_fields(table, &table.column_types, bytes, spans))
             .map_err(|e| Error::protocol(format!("{context}: {e}")))?
         {
-            rows.push(decode_fields(table, &table.column_types, fields)?);
+            rows.push(row?);
         }
     }
     if !decoder.is_done() || decoder.has_pending_bytes() {

@@ -10,17 +10,17 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
 use cdc_core::{Error, Row, TableName, Value, quote_identifier};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_postgres::Client;
 
-use super::copy_binary::CopyBinaryDecoder;
+use super::copy_binary::{CopyBinaryDecoder, FieldSpan, field};
 use crate::catalog::{CatalogTable, decodes_from_binary};
 use crate::conn::error::{Activity, from_tokio_postgres};
 use crate::conn::{ConnectionConfig, connect_sql};
+use cdc_pgoutput::protocol::BytesView;
 use cdc_pgoutput::types::{self, TypeInfo};
 
 /// Rows sent to the consumer per message.
@@ -267,11 +267,11 @@ async fn copy_item(
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(sql_error(&context))?;
         decoder.feed(&chunk);
-        while let Some(fields) = decoder
-            .next_row()
+        while let Some(row) = decoder
+            .next_row_with(|bytes, spans| decode_fields(table, &table.column_types, bytes, spans))
             .map_err(|e| Error::protocol(format!("{context}: {e}")))?
         {
-            rows.push(decode_fields(table, &table.column_types, fields)?);
+            rows.push(row?);
             count += 1;
             if rows.len() >= ROWS_PER_MESSAGE {
                 let full = std::mem::replace(&mut rows, Vec::with_capacity(ROWS_PER_MESSAGE));
@@ -304,32 +304,38 @@ async fn copy_item(
     Ok(count)
 }
 
-/// One COPY row (as [`columns_for_copy`] selected it) as a row of `table`.
+/// One COPY row (as [`columns_for_copy`] selected it; its bytes and field spans, see
+/// [`CopyBinaryDecoder::next_row_with`]) as a row of `table`.
 pub(super) fn decode_fields(
     table: &CatalogTable,
     types: &[TypeInfo],
-    fields: Vec<Option<Bytes>>,
+    row_bytes: &[u8],
+    spans: &[Option<FieldSpan>],
 ) -> Result<Row, Error> {
-    let mut row = Vec::with_capacity(fields.len());
-    for (index, (field, ty)) in fields.into_iter().zip(types).enumerate() {
-        row.push(match field {
+    let mut row = Vec::with_capacity(spans.len());
+    for (index, (span, ty)) in spans.iter().zip(types).enumerate() {
+        row.push(match span {
             None => Value::Null,
-            Some(bytes) => if decodes_from_binary(ty) {
-                types::decode_binary(ty, &bytes)
-            } else {
-                types::decode_text(ty, &bytes)
+            Some(span) => {
+                // Not shared with the receive buffer: see `BytesView::copied`.
+                let data = BytesView::copied(field(row_bytes, *span));
+                if decodes_from_binary(ty) {
+                    types::decode_binary_view(ty, data)
+                } else {
+                    types::decode_text_view(ty, data)
+                }
+                .map_err(|e| {
+                    let column = table
+                        .schema
+                        .columns
+                        .get(index)
+                        .map_or("?", |c| c.name.as_str());
+                    Error::protocol(format!(
+                        "cannot decode column {column:?} of table {} in the snapshot: {e}",
+                        table.schema.name
+                    ))
+                })?
             }
-            .map_err(|e| {
-                let column = table
-                    .schema
-                    .columns
-                    .get(index)
-                    .map_or("?", |c| c.name.as_str());
-                Error::protocol(format!(
-                    "cannot decode column {column:?} of table {} in the snapshot: {e}",
-                    table.schema.name
-                ))
-            })?,
         });
     }
     Ok(row)

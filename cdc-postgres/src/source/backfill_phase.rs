@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
 use super::backfill_keys::{key_columns, key_order, key_text, parse_key};
-use super::backfill_progress::{ChunkRecord, CoveredProgress, Step};
+use super::backfill_progress::{ChunkRecord, ChunkRows, CoveredProgress, Step};
 use crate::catalog::CatalogTable;
 use crate::conn::{ConnectionConfig, connect_sql};
 use crate::snapshot::{ChunkRead, read_chunk};
@@ -564,31 +564,42 @@ impl BackfillPhase {
                 chunk,
             }),
         });
-        let mut rows = Vec::with_capacity(read.rows.len());
-        for row in &read.rows {
+        let count = read.rows.len();
+        // The merge needs only the last row and the count; the rows then move into their
+        // events, and only their keys are kept (see `ChunkRows`).
+        self.merge
+            .deliver_chunk(index, snapshot, read.until, &read.rows, read.complete)?;
+        let upto = match read.rows.last() {
+            Some(last) if !read.complete => Some(key_text(&key_of(&key_columns, last)?)?),
+            _ => None,
+        };
+        let key_width = key_columns.len();
+        let mut keys = Vec::with_capacity(count.saturating_mul(key_width));
+        let mut first = None;
+        for row in read.rows {
+            for &column in &key_columns {
+                keys.push(row.get(column).cloned().unwrap_or(cdc_core::Value::Null));
+            }
             let position = self.anchor_position();
-            rows.push((position, key_text(&key_of(&key_columns, row)?)?));
+            first.get_or_insert(position);
             out.push_back(ChangeEvent {
                 position,
                 kind: EventKind::Insert {
                     table: schema.clone(),
-                    new: row.clone(),
+                    new: row,
                 },
             });
         }
-        let count = read.rows.len() as u64;
         let position = self.anchor_position();
         out.push_back(ChangeEvent {
             position,
             kind: EventKind::Snapshot(SnapshotMarker::ChunkCompleted {
                 table: table.clone(),
                 chunk,
-                rows: count,
+                rows: count as u64,
             }),
         });
         let mut end = position;
-        self.merge
-            .deliver_chunk(index, snapshot, read.until, &read.rows, read.complete)?;
         if read.complete {
             let total = self.merge.tables().get(index).map_or(0, |s| s.rows);
             end = self.anchor_position();
@@ -600,10 +611,11 @@ impl BackfillPhase {
                 }),
             });
         }
-        let upto = if read.complete {
-            None
-        } else {
-            rows.last().map(|(_, k)| k.clone())
+        let rows = ChunkRows {
+            first,
+            count,
+            key_width,
+            keys,
         };
         self.progress.push(Step::Chunk(ChunkRecord {
             table: index,

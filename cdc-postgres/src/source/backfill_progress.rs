@@ -4,7 +4,10 @@
 
 use std::collections::VecDeque;
 
-use cdc_core::{BackfillProgress, BackfillWindow, Lsn, Position, TableBackfill};
+use cdc_core::{BackfillProgress, BackfillWindow, Lsn, Position, TableBackfill, Value};
+use cdc_pgoutput::backfill::merge::Key;
+
+use super::backfill_keys::key_text;
 
 /// One placed chunk as the token needs it: which rows it put where.
 #[derive(Debug)]
@@ -12,10 +15,55 @@ pub(super) struct ChunkRecord {
     pub(super) table: usize,
     /// Position of its `ChunkCompleted` marker (and `TableCompleted`, if any).
     pub(super) end: Position,
-    /// Each row's position and key (text form), in order.
-    pub(super) rows: Vec<(Position, Vec<String>)>,
+    /// Where its rows are and what their keys are.
+    pub(super) rows: ChunkRows,
     pub(super) window: BackfillWindow,
     pub(super) complete: bool,
+}
+
+/// A chunk's rows as the token needs them: they sit at consecutive positions from `first`
+/// (one anchor, ordinals one apart), and their keys are kept as values, side by side, to
+/// be turned into text only for a token that ends inside the chunk (rare: a chunk ends its
+/// batch) — not a string per row for every chunk.
+#[derive(Debug)]
+pub(super) struct ChunkRows {
+    /// Position of the first row (`None`: an empty chunk).
+    pub(super) first: Option<Position>,
+    pub(super) count: usize,
+    /// Key columns per row.
+    pub(super) key_width: usize,
+    /// `count × key_width` key values, row after row.
+    pub(super) keys: Vec<Value>,
+}
+
+impl ChunkRows {
+    /// How many of the rows lie at or before `last`.
+    fn covered_by(&self, last: Position) -> usize {
+        let Some(first) = self.first else {
+            return 0;
+        };
+        if last.commit_lsn != first.commit_lsn {
+            return if last.commit_lsn > first.commit_lsn {
+                self.count
+            } else {
+                0
+            };
+        }
+        match last.ordinal.checked_sub(first.ordinal) {
+            None => 0,
+            Some(offset) => {
+                usize::try_from(offset).map_or(self.count, |o| o.saturating_add(1).min(self.count))
+            }
+        }
+    }
+
+    /// The key of row `index` (0-based).
+    fn key(&self, index: usize) -> Option<Key> {
+        let start = index.checked_mul(self.key_width)?;
+        self.keys
+            .get(start..start.checked_add(self.key_width)?)
+            .map(<[Value]>::to_vec)
+    }
 }
 
 /// What changes the token's view of a table, in stream order.
@@ -32,7 +80,7 @@ pub(super) enum Step {
 impl Step {
     fn first_position(&self) -> Position {
         match self {
-            Step::Chunk(chunk) => chunk.rows.first().map_or(chunk.end, |(p, _)| *p),
+            Step::Chunk(chunk) => chunk.rows.first.unwrap_or(chunk.end),
             Step::Restart { at, .. } => *at,
         }
     }
@@ -99,19 +147,30 @@ impl CoveredProgress {
                     };
                     if fully {
                         entry.chunks += 1;
-                        entry.rows += chunk.rows.len() as u64;
+                        entry.rows += chunk.rows.count as u64;
                         entry.done = chunk.complete;
                         entry.upto = chunk.window.upto.clone().or(entry.upto.take());
                         entry.windows.push(chunk.window);
                     } else {
                         // The batch ends inside this chunk: the rows up to `last` are the
                         // sink's; the rest is read again after a restart.
-                        let delivered: Vec<&(Position, Vec<String>)> = chunk
-                            .rows
-                            .iter()
-                            .take_while(|(p, _)| last.is_some_and(|l| *p <= l))
-                            .collect();
-                        if let Some((_, key)) = delivered.last() {
+                        let delivered = last.map_or(0, |l| chunk.rows.covered_by(l));
+                        let key = delivered
+                            .checked_sub(1)
+                            .and_then(|index| chunk.rows.key(index))
+                            .map(|key| key_text(&key));
+                        if let Some(key) = key {
+                            let key = match key {
+                                Ok(key) => key,
+                                Err(e) => {
+                                    // The chunk's last key had a text form when it was
+                                    // placed, and a table's keys share their types; should
+                                    // one lack it, the token keeps the last whole chunk.
+                                    tracing::warn!(error = %e, "a chunk row's key has no text form");
+                                    self.steps.push_front(Step::Chunk(chunk));
+                                    break;
+                                }
+                            };
                             let mut window = chunk.window.clone();
                             window.upto = Some(key.clone());
                             let mut partial = TableBackfill {
@@ -119,7 +178,7 @@ impl CoveredProgress {
                                 done: false,
                                 upto: Some(key.clone()),
                                 chunks: entry.chunks + 1,
-                                rows: entry.rows + delivered.len() as u64,
+                                rows: entry.rows + delivered as u64,
                                 windows: entry.windows.clone(),
                             };
                             partial.windows.push(window);
