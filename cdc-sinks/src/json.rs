@@ -42,24 +42,52 @@ fn write_str_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.reserve(bytes.len() + 2);
     out.push(b'"');
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let esc = ESCAPE[b as usize];
-        if esc == 0 {
+    let mut i = 0;
+    while i < bytes.len() {
+        // Eight bytes at a time while none needs escaping (most text has none).
+        if let Some(word) = bytes.get(i..i + 8)
+            && let Ok(word) = <[u8; 8]>::try_from(word)
+            && !needs_escape(u64::from_le_bytes(word))
+        {
+            i += 8;
             continue;
         }
-        out.extend_from_slice(&bytes[start..i]);
-        if esc == b'u' {
-            out.extend_from_slice(b"\\u00");
-            out.push(HEX[(b >> 4) as usize]);
-            out.push(HEX[(b & 0xF) as usize]);
-        } else {
-            out.push(b'\\');
-            out.push(esc);
+        let Some(&b) = bytes.get(i) else {
+            break;
+        };
+        let esc = ESCAPE[b as usize];
+        if esc != 0 {
+            out.extend_from_slice(bytes.get(start..i).unwrap_or_default());
+            if esc == b'u' {
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[(b >> 4) as usize]);
+                out.push(HEX[(b & 0xF) as usize]);
+            } else {
+                out.push(b'\\');
+                out.push(esc);
+            }
+            start = i + 1;
         }
-        start = i + 1;
+        i += 1;
     }
-    out.extend_from_slice(&bytes[start..]);
+    out.extend_from_slice(bytes.get(start..).unwrap_or_default());
     out.push(b'"');
+}
+
+/// Whether any of the eight bytes of `word` is a control character, a quote or a backslash.
+/// Exact when none is: the usual "has a zero byte" tests only err (by borrowing into
+/// higher bytes) after a byte that really matches, and a match sends the caller to the
+/// byte-by-byte path anyway.
+fn needs_escape(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH != 0;
+    // A byte below 0x20: subtracting 0x20 borrows into its high bit while the byte's own
+    // high bit was clear.
+    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH != 0;
+    control
+        || has_zero(word ^ (ONES * u64::from(b'"')))
+        || has_zero(word ^ (ONES * u64::from(b'\\')))
 }
 
 /// Appends an integer.
@@ -258,6 +286,14 @@ mod tests {
         fn strings_round_trip_through_serde_json(v in "\\PC*|[\\x00-\\x7f]*") {
             let text = s(&v);
             prop_assert_eq!(serde_json::from_str::<String>(&text).unwrap(), v);
+        }
+
+        #[test]
+        fn the_eight_byte_test_agrees_with_the_table(
+            bytes in proptest::array::uniform8(prop_oneof![any::<u8>(), Just(b'"'), Just(b'\\'), 0u8..0x21, 0x7fu8..0x82])
+        ) {
+            let table = bytes.iter().any(|&b| ESCAPE[b as usize] != 0);
+            prop_assert_eq!(needs_escape(u64::from_le_bytes(bytes)), table);
         }
 
         #[test]

@@ -211,10 +211,9 @@ impl PipelineStats {
             c.received_lsn.fetch_max(p.commit_lsn.0, Relaxed);
         }
         let mut in_snapshot_rows = 0;
-        // One pass, one lock per batch: the per-table counts ride along.
-        let mut tables = lock(&c.tables);
+        // One lock per batch for the per-table counts.
+        lock(&c.tables).record_all(&batch.events);
         for event in &batch.events {
-            tables.record(event);
             match &event.kind {
                 EventKind::Commit(commit) => c
                     .last_commit_time_micros

@@ -53,6 +53,15 @@ pub enum Frontier {
     Done,
 }
 
+/// Where a delivered chunk's key range ends.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChunkEnd {
+    /// At this key (inclusive): later chunks continue after it.
+    Key(Key),
+    /// At the end of the table: its backfill is complete.
+    TableEnd,
+}
+
 /// A delivered chunk whose snapshot may still be newer than the stream.
 #[derive(Clone, Debug)]
 pub struct Window {
@@ -171,7 +180,7 @@ impl Backfill {
 
     /// Delivers a chunk of `table` read under `snapshot`: `rows` are the table's rows
     /// after the frontier in key order (at most the chunk size); `complete` says the read
-    /// reached the end of the table. Returns the key range's upper bound.
+    /// reached the end of the table.
     ///
     /// Must be called at an anchor (between transactions), after
     /// [`Self::invisible_before_anchor`] came back empty.
@@ -183,6 +192,33 @@ impl Backfill {
         rows: &[Row],
         complete: bool,
     ) -> Result<(), Error> {
+        let upto = match rows.last() {
+            Some(last) if !complete => {
+                let Some(state) = self.tables.get(table) else {
+                    return Err(Error::protocol("internal: chunk for an unknown table"));
+                };
+                ChunkEnd::Key(key_of(&state.key_columns, last)?)
+            }
+            // An empty read reached the table's end (fewer rows than asked for).
+            _ => ChunkEnd::TableEnd,
+        };
+        self.deliver_range(table, snapshot, until, rows.len(), upto)
+    }
+
+    /// Delivers a chunk of `table` read under `snapshot` that holds every row of the
+    /// table's key range from the frontier (exclusive) up to `end` (inclusive): `rows`
+    /// rows. Several chunks of one table can be placed at one anchor this way, each
+    /// continuing where the previous one ended — but only after every one of them passed
+    /// [`Self::invisible_before_anchor`] (this clears the table's record of transactions
+    /// passed before the anchor).
+    pub fn deliver_range(
+        &mut self,
+        table: usize,
+        snapshot: XidSnapshot,
+        until: Lsn,
+        rows: usize,
+        end: ChunkEnd,
+    ) -> Result<(), Error> {
         let Some(state) = self.tables.get_mut(table) else {
             return Err(Error::protocol("internal: chunk for an unknown table"));
         };
@@ -193,16 +229,25 @@ impl Backfill {
                 return Err(Error::protocol("internal: chunk for a table already done"));
             }
         };
-        let upto = match rows.last() {
-            Some(last) if !complete => Some(key_of(&state.key_columns, last)?),
-            _ => None,
+        let upto = match end {
+            ChunkEnd::Key(key) => {
+                if let Some(after) = &after
+                    && state.order.compare(&key, after).map_err(order_error)? != Ordering::Greater
+                {
+                    return Err(Error::protocol(
+                        "internal: a chunk's end is not after the table's frontier",
+                    ));
+                }
+                Some(key)
+            }
+            ChunkEnd::TableEnd => None,
         };
         state.frontier = match &upto {
             Some(key) => Frontier::UpTo(key.clone()),
             None => Frontier::Done,
         };
         state.chunks += 1;
-        state.rows += rows.len() as u64;
+        state.rows += rows as u64;
         if until > self.processed {
             state.windows.push(Window {
                 after,

@@ -20,7 +20,8 @@ pub struct ChunkRead {
     pub until: Lsn,
     /// The rows after the start key, in key order, at most `limit`.
     pub rows: Vec<Row>,
-    /// The read reached the end of the table (fewer rows than the limit).
+    /// The read reached the end of the table (fewer rows than the limit; never for a read
+    /// up to a given key).
     pub complete: bool,
 }
 
@@ -29,50 +30,53 @@ fn literal(text: &str) -> String {
     format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
 }
 
-/// The `SELECT` of one chunk: the rows of `table` whose primary key is after `after` (each
-/// key column's Postgres text form), in key order, at most `limit`.
-pub fn chunk_query(
-    table: &CatalogTable,
-    after: Option<&[String]>,
-    limit: usize,
-) -> Result<String, Error> {
-    let key = &table.schema.primary_key;
-    if key.is_empty() {
-        return Err(Error::config(format!(
-            "table {} has no primary key; the online snapshot reads tables in key order (use the consistent snapshot mode for it)",
-            table.schema.name
-        )));
+/// The parts of `table`'s key-ordered queries: quoted key columns, `ONLY ` or not, and a
+/// key given in text form as a row of typed literals.
+struct KeyQuery<'a> {
+    table: &'a CatalogTable,
+    key_columns: String,
+    only: &'static str,
+}
+
+impl<'a> KeyQuery<'a> {
+    fn new(table: &'a CatalogTable) -> Result<Self, Error> {
+        let key = &table.schema.primary_key;
+        if key.is_empty() {
+            return Err(Error::config(format!(
+                "table {} has no primary key; the online snapshot reads tables in key order (use the consistent snapshot mode for it)",
+                table.schema.name
+            )));
+        }
+        let key_columns: Vec<String> = key.iter().map(|c| quote_identifier(c)).collect();
+        // A partitioned table is read through its root (a merge of the partitions' key
+        // indexes); a plain table without its inheritance children, as pgoutput publishes
+        // it.
+        let only = if table.partitions.is_empty() {
+            "ONLY "
+        } else {
+            ""
+        };
+        Ok(KeyQuery {
+            table,
+            key_columns: key_columns.join(", "),
+            only,
+        })
     }
-    let key_columns: Vec<String> = key.iter().map(|c| quote_identifier(c)).collect();
-    // A partitioned table is read through its root (a merge of the partitions' key
-    // indexes); a plain table without its inheritance children, as pgoutput publishes it.
-    let only = if table.partitions.is_empty() {
-        "ONLY "
-    } else {
-        ""
-    };
-    let mut select = format!(
-        "SELECT {} FROM {only}{}",
-        columns_for_copy(table).join(", "),
-        table.schema.name
-    );
-    if let Some(after) = after {
-        if after.len() != key.len() {
+
+    /// `(k1, k2) op (literal1::type1, literal2::type2)`.
+    fn compare(&self, op: &str, key: &[String]) -> Result<String, Error> {
+        let names = &self.table.schema.primary_key;
+        if key.len() != names.len() {
             return Err(Error::protocol(format!(
                 "a backfill position of {} has {} key values, the primary key has {} columns",
-                table.schema.name,
-                after.len(),
-                key.len()
+                self.table.schema.name,
+                key.len(),
+                names.len()
             )));
         }
         let mut values = Vec::with_capacity(key.len());
-        for (index, text) in after.iter().enumerate() {
-            let Some(column) = table
-                .schema
-                .columns
-                .iter()
-                .find(|c| Some(&c.name) == key.get(index))
-            else {
+        for (name, text) in names.iter().zip(key) {
+            let Some(column) = self.table.schema.columns.iter().find(|c| &c.name == name) else {
                 return Err(Error::protocol(
                     "internal: primary key column not in the table",
                 ));
@@ -81,29 +85,131 @@ pub fn chunk_query(
             values.push(format!("{}::{type_name}", literal(text)));
         }
         // Row comparison follows the primary key index's order, so the scan uses it.
-        select.push_str(&format!(
-            " WHERE ({}) > ({})",
-            key_columns.join(", "),
+        Ok(format!(
+            "({}) {op} ({})",
+            self.key_columns,
             values.join(", ")
-        ));
+        ))
     }
-    select.push_str(&format!(
-        " ORDER BY {} LIMIT {limit}",
-        key_columns.join(", ")
-    ));
+
+    /// ` WHERE …` for keys after `after` and (when given) up to `upto`.
+    fn range(&self, after: Option<&[String]>, upto: Option<&[String]>) -> Result<String, Error> {
+        let mut conditions = Vec::new();
+        if let Some(after) = after {
+            conditions.push(self.compare(">", after)?);
+        }
+        if let Some(upto) = upto {
+            conditions.push(self.compare("<=", upto)?);
+        }
+        Ok(if conditions.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", conditions.join(" AND "))
+        })
+    }
+}
+
+/// The `SELECT` of one chunk: the rows of `table` whose primary key is after `after` (each
+/// key column's Postgres text form), in key order — up to and including `upto` when given
+/// (every row of that range, however many), else at most `limit`.
+pub fn chunk_query(
+    table: &CatalogTable,
+    after: Option<&[String]>,
+    upto: Option<&[String]>,
+    limit: usize,
+) -> Result<String, Error> {
+    let query = KeyQuery::new(table)?;
+    let mut select = format!(
+        "SELECT {} FROM {}{}{} ORDER BY {}",
+        columns_for_copy(table).join(", "),
+        query.only,
+        table.schema.name,
+        query.range(after, upto)?,
+        query.key_columns
+    );
+    if upto.is_none() {
+        select.push_str(&format!(" LIMIT {limit}"));
+    }
     Ok(select)
 }
 
-/// Reads one chunk of `table` on `client` (an idle connection; the read is one short
-/// `REPEATABLE READ` transaction). `in_recovery`: the server is a standby.
-pub async fn read_chunk(
+/// The query for where the next `count` chunks of `limit` rows after `after` would end
+/// (each end's key columns as text, in order): the key of every `limit`-th row. An
+/// index-only scan of `count × limit` keys, so that several readers can copy consecutive
+/// ranges of one table at once.
+pub fn boundary_query(
+    table: &CatalogTable,
+    after: Option<&[String]>,
+    limit: usize,
+    count: usize,
+) -> Result<String, Error> {
+    let query = KeyQuery::new(table)?;
+    let texts: Vec<String> = table
+        .schema
+        .primary_key
+        .iter()
+        .map(|c| format!("{}::text", quote_identifier(c)))
+        .collect();
+    Ok(format!(
+        "SELECT {} FROM (SELECT {}, row_number() OVER (ORDER BY {}) AS pgcdc_n FROM (SELECT {} FROM {}{}{} ORDER BY {} LIMIT {}) AS pgcdc_keys) AS pgcdc_numbered WHERE pgcdc_n % {limit} = 0 ORDER BY pgcdc_n",
+        texts.join(", "),
+        query.key_columns,
+        query.key_columns,
+        query.key_columns,
+        query.only,
+        table.schema.name,
+        query.range(after, None)?,
+        query.key_columns,
+        limit.saturating_mul(count),
+    ))
+}
+
+/// Where the next `count` chunks of `limit` rows after `after` end (text form of each
+/// end's key), on `client` (autocommit: the ends only split the work; each chunk's read
+/// takes its own snapshot). Fewer ends near the table's end.
+pub async fn chunk_boundaries(
     client: &Client,
     table: &CatalogTable,
     after: Option<&[String]>,
     limit: usize,
+    count: usize,
+) -> Result<Vec<Vec<String>>, Error> {
+    let query = boundary_query(table, after, limit, count)?;
+    let context = format!("finding chunk boundaries of {}", table.schema.name);
+    let rows = client
+        .query(&query, &[])
+        .await
+        .map_err(sql_error(&context))?;
+    let width = table.schema.primary_key.len();
+    let mut ends = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut key = Vec::with_capacity(width);
+        for index in 0..width {
+            let text: Option<String> = row.try_get(index).map_err(sql_error(&context))?;
+            let Some(text) = text else {
+                return Err(Error::protocol(format!(
+                    "{context}: the server returned a NULL primary key value"
+                )));
+            };
+            key.push(text);
+        }
+        ends.push(key);
+    }
+    Ok(ends)
+}
+
+/// Reads one chunk of `table` on `client` (an idle connection; the read is one short
+/// `REPEATABLE READ` transaction): the rows after `after`, up to `upto` when given (then
+/// `complete` is false), else at most `limit`. `in_recovery`: the server is a standby.
+pub async fn read_chunk(
+    client: &Client,
+    table: &CatalogTable,
+    after: Option<&[String]>,
+    upto: Option<&[String]>,
+    limit: usize,
     in_recovery: bool,
 ) -> Result<ChunkRead, Error> {
-    let select = chunk_query(table, after, limit)?;
+    let select = chunk_query(table, after, upto, limit)?;
     let context = format!("reading a chunk of {}", table.schema.name);
     client
         .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -113,8 +219,11 @@ pub async fn read_chunk(
     // Ends the transaction whatever happened; a failed COMMIT after a successful read
     // changes nothing (the transaction only read).
     let ended = client.batch_execute("COMMIT").await;
-    let read = result?;
+    let mut read = result?;
     ended.map_err(sql_error(&context))?;
+    if upto.is_some() {
+        read.complete = false;
+    }
     Ok(read)
 }
 
@@ -154,7 +263,8 @@ async fn read_in_transaction(
         .map_err(sql_error(context))?;
     futures::pin_mut!(stream);
     let mut decoder = CopyBinaryDecoder::new(Some(table.column_types.len()));
-    let mut rows = Vec::with_capacity(limit.min(4096));
+    // Sized for the whole chunk up front: growing a vector of rows copies it each time.
+    let mut rows = Vec::with_capacity(limit.min(1 << 16));
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(sql_error(context))?;
         decoder.feed(&chunk);

@@ -6,6 +6,6 @@ pub mod chunk;
 pub mod copy;
 pub mod copy_binary;
 
-pub use chunk::{ChunkRead, read_chunk};
+pub use chunk::{ChunkRead, chunk_boundaries, read_chunk};
 pub use copy::{CopyMessage, WorkItem};
 pub use copy_binary::{CopyBinaryDecoder, CopyFormatError};

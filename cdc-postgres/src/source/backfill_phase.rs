@@ -15,7 +15,7 @@ use cdc_core::{
     BackfillProgress, BackfillWindow, ChangeEvent, Error, EventKind, Lsn, Position, Result,
     SnapshotMarker, TableBackfill, TableName,
 };
-use cdc_pgoutput::backfill::merge::{Backfill, Frontier, TableState, Window, key_of};
+use cdc_pgoutput::backfill::merge::{Backfill, ChunkEnd, Frontier, TableState, Window, key_of};
 use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -25,7 +25,7 @@ use super::backfill_keys::{key_columns, key_order, key_text, parse_key};
 use super::backfill_progress::{ChunkRecord, ChunkRows, CoveredProgress, Step};
 use crate::catalog::CatalogTable;
 use crate::conn::{ConnectionConfig, connect_sql};
-use crate::snapshot::{ChunkRead, read_chunk};
+use crate::snapshot::{ChunkRead, chunk_boundaries, read_chunk};
 
 /// Ordinals of snapshot rows and markers start here, above any ordinal a transaction's
 /// own events can have, so that rows placed between two transactions order after the
@@ -79,17 +79,30 @@ pub(crate) struct BackfillPhase {
     round_ready: Arc<AtomicBool>,
 }
 
-/// One table's chunk request of a read round.
+/// One chunk request of a read round.
 #[derive(Debug)]
 struct Request {
     /// The table's index in the merge.
     index: usize,
     catalog_index: usize,
-    /// The frontier the chunk continues from (text form).
+    /// The key the chunk continues after (text form; `None`: the table's start).
     after: Option<Vec<String>>,
+    /// The key the chunk ends at (inclusive), when the round split the table among
+    /// several readers; `None`: the next `chunk_rows` rows.
+    upto: Option<Vec<String>>,
 }
 
-/// What a background read round hands back: its connections and each request's result.
+/// One table's share of a read round: `chunks` consecutive chunks from `after`.
+#[derive(Debug)]
+struct TablePlan {
+    index: usize,
+    catalog_index: usize,
+    after: Option<Vec<String>>,
+    chunks: usize,
+}
+
+/// What a background read round hands back: its connections and each request's result,
+/// a table's chunks together and in key order.
 type RoundResult = (Vec<Client>, Vec<(Request, Result<ChunkRead>)>);
 
 impl BackfillPhase {
@@ -362,15 +375,48 @@ impl BackfillPhase {
             .is_none_or(|floor| self.merge.processed() > floor.commit_lsn)
     }
 
-    /// Starts reading the next chunk of up to `readers` tables in the background.
-    pub(crate) async fn start_round(&mut self) -> Result<()> {
-        let wanted: Vec<usize> = self
+    /// How the round's readers are shared among the pending tables: one each for up to
+    /// `readers` tables; with fewer tables than readers, the rest read further chunks of
+    /// the same tables (consecutive key ranges), so that one large table is read by
+    /// every reader.
+    fn plan_round(&self) -> Result<Vec<TablePlan>> {
+        let readers = self.options.readers.max(1);
+        let pending: Vec<usize> = self
             .merge
             .pending_tables()
             .map(|(i, _)| i)
-            .take(self.options.readers.max(1))
+            .take(readers)
             .collect();
-        while self.readers.len() < wanted.len() {
+        let mut plans = Vec::with_capacity(pending.len());
+        let Some(share) = readers.checked_div(pending.len()) else {
+            return Ok(plans);
+        };
+        let extra = readers % pending.len();
+        for (n, &index) in pending.iter().enumerate() {
+            let (Some(state), Some(&catalog_index)) =
+                (self.merge.tables().get(index), self.catalog.get(index))
+            else {
+                continue;
+            };
+            let after = match &state.frontier {
+                Frontier::UpTo(key) => Some(key_text(key)?),
+                _ => None,
+            };
+            plans.push(TablePlan {
+                index,
+                catalog_index,
+                after,
+                chunks: share + usize::from(n < extra),
+            });
+        }
+        Ok(plans)
+    }
+
+    /// Starts reading the next chunks in the background (see [`Self::plan_round`]).
+    pub(crate) async fn start_round(&mut self) -> Result<()> {
+        let plans = self.plan_round()?;
+        let wanted: usize = plans.iter().map(|p| p.chunks).sum();
+        while self.readers.len() < wanted {
             match connect_sql(&self.options.connection).await {
                 Ok(client) => self.readers.push(client),
                 Err(e) if e.is_transient() => {
@@ -381,23 +427,6 @@ impl BackfillPhase {
                 Err(e) => return Err(e),
             }
         }
-        let mut requests = Vec::with_capacity(wanted.len());
-        for &index in &wanted {
-            let (Some(state), Some(&catalog_index)) =
-                (self.merge.tables().get(index), self.catalog.get(index))
-            else {
-                continue;
-            };
-            let after = match &state.frontier {
-                Frontier::UpTo(key) => Some(key_text(key)?),
-                _ => None,
-            };
-            requests.push(Request {
-                index,
-                catalog_index,
-                after,
-            });
-        }
         let readers = std::mem::take(&mut self.readers);
         let tables = self.tables.clone();
         let limit = self.options.chunk_rows.max(1);
@@ -406,28 +435,7 @@ impl BackfillPhase {
         let ready = self.round_ready.clone();
         ready.store(false, Ordering::Release);
         self.in_flight = Some(tokio::spawn(async move {
-            let reads = futures::future::join_all(requests.iter().zip(&readers).map(
-                |(request, client)| {
-                    let table = tables.get(request.catalog_index);
-                    async move {
-                        match table {
-                            Some(table) => {
-                                read_chunk(
-                                    client,
-                                    table,
-                                    request.after.as_deref(),
-                                    limit,
-                                    in_recovery,
-                                )
-                                .await
-                            }
-                            None => Err(Error::protocol("internal: chunk of an unknown table")),
-                        }
-                    }
-                },
-            ))
-            .await;
-            let results = requests.into_iter().zip(reads).collect();
+            let results = read_planned(&readers, &tables, plans, limit, in_recovery).await;
             // A permit is kept if nobody waits yet, so the wake-up is never lost.
             ready.store(true, Ordering::Release);
             done.notify_one();
@@ -449,20 +457,24 @@ impl BackfillPhase {
         let mut retry = false;
         let mut failed_connection = false;
         let mut missed = false;
-        for (request, read) in results {
-            let read = match read {
-                Ok(read) => read,
-                Err(e) if e.is_transient() => {
-                    tracing::warn!(error = %e, "reading a snapshot chunk failed; retrying");
-                    failed_connection = true;
-                    retry = true;
-                    continue;
+        // Each table's chunks in key order; a chunk is placed only if every one before it
+        // in the round was (they continue one another).
+        let mut results = results.into_iter().peekable();
+        while let Some((first, read)) = results.next() {
+            let index = first.index;
+            let mut group = vec![(first, read)];
+            while let Some((next, _)) = results.peek() {
+                if next.index != index {
+                    break;
                 }
-                Err(e) => return Err(e),
-            };
+                if let Some(item) = results.next() {
+                    group.push(item);
+                }
+            }
+            // The chunks that can go: read without error, continuing the frontier.
             // A TRUNCATE (or a restart) since the read began moved the table's frontier:
-            // the chunk no longer continues what the sink holds.
-            let frontier = match self.merge.tables().get(request.index).map(|s| &s.frontier) {
+            // the chunks no longer continue what the sink holds.
+            let frontier = match self.merge.tables().get(index).map(|s| &s.frontier) {
                 Some(Frontier::UpTo(key)) => Some(key_text(key)?),
                 Some(Frontier::NotStarted) => None,
                 _ => {
@@ -470,13 +482,47 @@ impl BackfillPhase {
                     continue;
                 }
             };
-            if frontier != request.after {
-                retry = true;
-                continue;
+            let mut expected_after = frontier;
+            let mut usable = Vec::with_capacity(group.len());
+            for (request, read) in group {
+                let read = match read {
+                    Ok(read) => read,
+                    Err(e) if e.is_transient() => {
+                        tracing::warn!(error = %e, "reading a snapshot chunk failed; retrying");
+                        failed_connection = true;
+                        retry = true;
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                };
+                if request.after != expected_after {
+                    retry = true;
+                    break;
+                }
+                let snapshot = XidSnapshot::parse(&read.snapshot).map_err(|e| {
+                    Error::protocol(format!("the server returned a malformed snapshot: {e}"))
+                })?;
+                // Checked for every chunk before any is placed: placing one clears the
+                // table's record of what the stream passed before the anchor.
+                let invisible = self.merge.invisible_before_anchor(index, &snapshot);
+                if !invisible.is_empty() {
+                    tracing::debug!(
+                        ?invisible,
+                        "a chunk's snapshot does not yet show transactions the stream passed; reading it again"
+                    );
+                    retry = true;
+                    missed = true;
+                    break;
+                }
+                let complete = read.complete;
+                expected_after = request.upto.clone();
+                usable.push((request, read, snapshot));
+                if complete {
+                    break;
+                }
             }
-            if !self.place(request.index, read, out)? {
-                retry = true;
-                missed = true;
+            for (request, read, snapshot) in usable {
+                self.place(&request, read, snapshot, out)?;
             }
         }
         if failed_connection {
@@ -487,35 +533,26 @@ impl BackfillPhase {
         Ok(())
     }
 
-    /// Reads the next chunk of up to `readers` tables at once with the stream paused, and
-    /// places those whose snapshot saw every transaction the stream already passed.
-    /// Transient failures are retried later; others are returned.
+    /// Reads the next chunks with the stream paused, and places those whose snapshot saw
+    /// every transaction the stream already passed. Transient failures are retried
+    /// later; others are returned.
     pub(crate) async fn read_round(&mut self, out: &mut VecDeque<ChangeEvent>) -> Result<()> {
         self.start_round().await?;
         self.finish_round(out).await
     }
 
-    /// Places one chunk at the anchor, or returns false when its snapshot missed a
-    /// transaction the stream already passed (the chunk is read again later).
+    /// Places one chunk at the anchor (its snapshot already checked against what the
+    /// stream passed).
     fn place(
         &mut self,
-        index: usize,
+        request: &Request,
         read: ChunkRead,
+        snapshot: XidSnapshot,
         out: &mut VecDeque<ChangeEvent>,
-    ) -> Result<bool> {
-        let snapshot = XidSnapshot::parse(&read.snapshot).map_err(|e| {
-            Error::protocol(format!("the server returned a malformed snapshot: {e}"))
-        })?;
-        let missed = self.merge.invisible_before_anchor(index, &snapshot);
-        if !missed.is_empty() {
-            tracing::debug!(
-                ?missed,
-                "a chunk's snapshot does not yet show transactions the stream passed; reading it again"
-            );
-            return Ok(false);
-        }
+    ) -> Result<()> {
+        let index = request.index;
         let Some(state) = self.merge.tables().get(index) else {
-            return Ok(true);
+            return Ok(());
         };
         let table = state.table.clone();
         let chunk = state.chunks;
@@ -525,14 +562,11 @@ impl BackfillPhase {
             Frontier::UpTo(key) => Some(key_text(key)?),
             _ => None,
         };
-        let Some(schema) = self
-            .catalog
-            .get(index)
-            .and_then(|&c| self.tables.get(c))
-            .map(|t| t.schema.clone())
-        else {
-            return Ok(true);
+        let tables = Arc::clone(&self.tables);
+        let Some(table_entry) = self.catalog.get(index).and_then(|&c| tables.get(c)) else {
+            return Ok(());
         };
+        let schema = table_entry.schema.clone();
         if let Some(at) = self.truncate_first.iter().position(|&t| t == index) {
             self.truncate_first.swap_remove(at);
             let position = self.anchor_position();
@@ -567,12 +601,21 @@ impl BackfillPhase {
         let count = read.rows.len();
         // The merge needs only the last row and the count; the rows then move into their
         // events, and only their keys are kept (see `ChunkRows`).
-        self.merge
-            .deliver_chunk(index, snapshot, read.until, &read.rows, read.complete)?;
-        let upto = match read.rows.last() {
-            Some(last) if !read.complete => Some(key_text(&key_of(&key_columns, last)?)?),
-            _ => None,
+        // A range chunk ends at its range's end (rows at its end may have gone since the
+        // boundaries were found); a chunk of the next rows at its last row.
+        let end = match (&request.upto, read.rows.last()) {
+            _ if read.complete => ChunkEnd::TableEnd,
+            (Some(upto), _) => ChunkEnd::Key(parse_key(table_entry, upto)?),
+            (None, Some(last)) => ChunkEnd::Key(key_of(&key_columns, last)?),
+            (None, None) => ChunkEnd::TableEnd,
         };
+        let upto = match &end {
+            ChunkEnd::Key(key) => Some(key_text(key)?),
+            ChunkEnd::TableEnd => None,
+        };
+        let complete = end == ChunkEnd::TableEnd;
+        self.merge
+            .deliver_range(index, snapshot, read.until, count, end)?;
         let key_width = key_columns.len();
         let mut keys = Vec::with_capacity(count.saturating_mul(key_width));
         let mut first = None;
@@ -600,7 +643,7 @@ impl BackfillPhase {
             }),
         });
         let mut end = position;
-        if read.complete {
+        if complete {
             let total = self.merge.tables().get(index).map_or(0, |s| s.rows);
             end = self.anchor_position();
             out.push_back(ChangeEvent {
@@ -627,8 +670,101 @@ impl BackfillPhase {
                 snapshot: read.snapshot,
                 until: read.until,
             },
-            complete: read.complete,
+            complete,
         }));
-        Ok(true)
+        Ok(())
     }
+}
+
+/// Reads the chunks `plans` ask for, each on its own connection of `readers` (a table's
+/// readers side by side): a table shared by several readers first has its range split at
+/// the ends of its next chunks, then each reader copies one range. Results come a table's
+/// chunks together, in key order; a table whose split failed reports that as its first
+/// chunk's result.
+async fn read_planned(
+    readers: &[Client],
+    tables: &[CatalogTable],
+    plans: Vec<TablePlan>,
+    limit: usize,
+    in_recovery: bool,
+) -> Vec<(Request, Result<ChunkRead>)> {
+    let mut failed = Vec::new();
+    let mut requests = Vec::new();
+    let mut next_reader = 0usize;
+    // The splits of all shared tables run at once, each on its table's first reader.
+    let splits = futures::future::join_all(plans.into_iter().map(|plan| {
+        let client = readers.get(next_reader);
+        next_reader += plan.chunks;
+        let table = tables.get(plan.catalog_index);
+        async move {
+            let ends = match (client, table) {
+                (_, _) if plan.chunks <= 1 => Ok(Vec::new()),
+                (Some(client), Some(table)) => {
+                    chunk_boundaries(client, table, plan.after.as_deref(), limit, plan.chunks - 1)
+                        .await
+                }
+                _ => Err(Error::protocol(
+                    "internal: a chunk without a reader or table",
+                )),
+            };
+            (plan, ends)
+        }
+    }))
+    .await;
+    for (plan, ends) in splits {
+        match ends {
+            Ok(ends) => {
+                let mut after = plan.after;
+                for end in ends {
+                    requests.push(Request {
+                        index: plan.index,
+                        catalog_index: plan.catalog_index,
+                        after: after.clone(),
+                        upto: Some(end.clone()),
+                    });
+                    after = Some(end);
+                }
+                // The last chunk of the round: the next rows, however far they reach (and
+                // the table's end when they are fewer than a chunk).
+                requests.push(Request {
+                    index: plan.index,
+                    catalog_index: plan.catalog_index,
+                    after,
+                    upto: None,
+                });
+            }
+            Err(e) => failed.push((
+                Request {
+                    index: plan.index,
+                    catalog_index: plan.catalog_index,
+                    after: plan.after,
+                    upto: None,
+                },
+                Err(e),
+            )),
+        }
+    }
+    let reads = futures::future::join_all(requests.iter().zip(readers).map(|(request, client)| {
+        let table = tables.get(request.catalog_index);
+        async move {
+            match table {
+                Some(table) => {
+                    read_chunk(
+                        client,
+                        table,
+                        request.after.as_deref(),
+                        request.upto.as_deref(),
+                        limit,
+                        in_recovery,
+                    )
+                    .await
+                }
+                None => Err(Error::protocol("internal: chunk of an unknown table")),
+            }
+        }
+    }))
+    .await;
+    let mut results: Vec<(Request, Result<ChunkRead>)> = requests.into_iter().zip(reads).collect();
+    results.extend(failed);
+    results
 }

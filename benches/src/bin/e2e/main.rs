@@ -5,6 +5,9 @@
 //!                                                      [--consumers recvlogical,lib-count,lib-feldera]
 //! cargo run --release -p benches --bin e2e -- snapshot [--rows 1000000] [--rounds 2] [--workers 1,4]
 //!                                                      [--chunk-pages N]
+//! cargo run --release -p benches --bin e2e -- snapshot-cli [--scale 20] [--rounds 3] [--readers 1,2,4]
+//!                                                      [--modes consistent,online] [--outputs stdout,out-dir]
+//!                                                      [--write-tps N]
 //! cargo run --release -p benches --bin e2e -- bigtx    [--rows 1000000]
 //! cargo run --release -p benches --bin e2e -- latency  [--rates 10,1000,50000,max] [--seconds 5]
 //!                                                      [--consumers stdout,out-dir,lib] [--plot PATH]
@@ -26,13 +29,13 @@ mod latency;
 mod rawread;
 mod runner;
 mod snapshot;
+mod snapshot_cli;
 
 use std::process::ExitCode;
 
 use args::Args;
 
-const USAGE: &str =
-    "usage: e2e <drain|snapshot|bigtx|latency|all> [--rows N] [options]; see benches/README.md";
+const USAGE: &str = "usage: e2e <drain|snapshot|snapshot-cli|bigtx|latency|all> [--rows N] [options]; see benches/README.md";
 
 fn main() -> ExitCode {
     let args = match Args::parse(std::env::args().skip(1)) {
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
         match args.command.as_str() {
             "drain" => drain::run(&args).await,
             "snapshot" => snapshot::run(&args).await,
+            "snapshot-cli" => snapshot_cli::run(&args).await,
             "bigtx" => bigtx::run(&args).await,
             "latency" => latency::run(&args).await,
             "all" => {

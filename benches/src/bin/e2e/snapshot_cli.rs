@@ -1,0 +1,403 @@
+//! Snapshot through the CLI, as a user runs it: `pgbench_accounts` of a pgbench database
+//! of scale `--scale` copied by `pgcdc stream` writing Feldera JSON — to stdout (into
+//! `/dev/null`) or into `--out-dir` files — in the consistent mode (`--snapshot
+//! initial-only`) and the online mode (`--snapshot online --end-lsn <now>` on a new slot),
+//! with each reader count of `--readers`, next to `psql -c "COPY … TO STDOUT"` into
+//! `/dev/null` (the anchor), all in one run, runs alternating within each round.
+//!
+//! With `--write-tps N`, a writer updates random accounts at about N transactions a
+//! second during every run (also the anchor's), and for the online runs the stream's lag
+//! (the server's WAL insert position minus the slot's `confirmed_flush_lsn`) is sampled
+//! every 50 ms while the snapshot runs: its median and maximum are reported.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use benches::report::{Table, thousands};
+
+use crate::args::Args;
+use crate::drain::bench_cluster;
+use crate::runner::{self, Run, Server, median, mib, secs};
+
+/// The table copied (pgbench's largest).
+const TABLE: &str = "public.pgbench_accounts";
+
+/// One way of copying the table.
+#[derive(Debug, Clone, PartialEq)]
+struct Consumer {
+    /// `psql`, `consistent` or `online`.
+    mode: &'static str,
+    /// `stdout` or `out-dir` (pgcdc only).
+    output: &'static str,
+    readers: u16,
+}
+
+impl Consumer {
+    fn label(&self) -> String {
+        match self.mode {
+            "psql" => "psql COPY text".to_owned(),
+            mode => format!("pgcdc {mode} {} ×{}", self.output, self.readers),
+        }
+    }
+}
+
+/// Runs the scenario and prints its tables.
+pub async fn run(args: &Args) -> Result<(), String> {
+    let scale: u32 = args.value("scale", 20)?;
+    let rounds: usize = args.value("rounds", 3)?;
+    let write_tps: u32 = args.value("write-tps", 0)?;
+    let readers: Vec<u16> = args
+        .list("readers", &["1", "2", "4"])
+        .iter()
+        .map(|r| r.parse().map_err(|_| format!("invalid reader count {r:?}")))
+        .collect::<Result<_, _>>()?;
+    let modes = args.list("modes", &["consistent", "online"]);
+    let outputs = args.list("outputs", &["stdout", "out-dir"]);
+    let binary = runner::pgcdc_binary()?;
+
+    let cluster = bench_cluster(&[]).await?;
+    let started = std::time::Instant::now();
+    let mut init = runner::pg_program(&cluster, "pgbench");
+    init.args(["-i", "-q", "-s", &scale.to_string(), "-h", cluster.host()])
+        .args([
+            "-p",
+            &cluster.port().to_string(),
+            "-U",
+            "postgres",
+            "postgres",
+        ])
+        .stdout(std::process::Stdio::null());
+    let status = init
+        .status()
+        .map_err(|e| format!("cannot run pgbench: {e}"))?;
+    if !status.success() {
+        return Err(format!("pgbench -i failed: {status}"));
+    }
+    eprintln!(
+        "  pgbench -i -s {scale}: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    runner::timed_sql(
+        &cluster,
+        "publication",
+        &format!("CREATE PUBLICATION pub FOR TABLE {TABLE}; VACUUM ANALYZE {TABLE}"),
+    )
+    .await?;
+    let admin = cluster
+        .connect("postgres")
+        .await
+        .map_err(|e| e.to_string())?;
+    let row = admin
+        .query_one(
+            &format!("SELECT count(*), pg_relation_size('{TABLE}') FROM {TABLE}"),
+            &[],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let (rows, bytes): (i64, i64) = (row.get(0), row.get(1));
+    let rows = rows as u64;
+
+    let mut consumers = vec![Consumer {
+        mode: "psql",
+        output: "stdout",
+        readers: 1,
+    }];
+    for mode in ["consistent", "online"] {
+        if !modes.iter().any(|m| m == mode) {
+            continue;
+        }
+        for output in ["stdout", "out-dir"] {
+            if !outputs.iter().any(|o| o == output) {
+                continue;
+            }
+            for &r in &readers {
+                consumers.push(Consumer {
+                    mode,
+                    output,
+                    readers: r,
+                });
+            }
+        }
+    }
+    eprintln!(
+        "snapshot-cli: {rows} rows ({:.0} MB), {rounds} round(s), {} consumers{}",
+        bytes as f64 / 1e6,
+        consumers.len(),
+        if write_tps > 0 {
+            format!(", {write_tps} writes/s")
+        } else {
+            String::new()
+        }
+    );
+
+    let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let mut runs: Vec<(Consumer, Run, Option<Lag>)> = Vec::new();
+    for round in 0..rounds {
+        for (n, consumer) in consumers.iter().enumerate() {
+            let slot = format!("snap_{round}_{n}");
+            let out_dir = scratch.path().join(&slot);
+            let cmd = match consumer.mode {
+                "psql" => {
+                    let mut cmd = runner::pg_program(&cluster, "psql");
+                    cmd.args(["-X", "-q", "-h", cluster.host()])
+                        .args(["-p", &cluster.port().to_string(), "-U", "postgres"])
+                        .args(["-d", "postgres", "-c"])
+                        .arg(format!("COPY {TABLE} TO STDOUT"));
+                    cmd
+                }
+                mode => {
+                    let mut cmd = std::process::Command::new(&binary);
+                    cmd.args([
+                        "stream",
+                        "--uri",
+                        &cluster.uri("postgres", "postgres", None),
+                    ])
+                    .args(["--publication", "pub", "--table", TABLE])
+                    .args(["--snapshot-workers", &consumer.readers.to_string()])
+                    .args(["--quiet", "--summary", "none"]);
+                    if mode == "online" {
+                        let end = runner::current_lsn(&cluster).await?;
+                        cmd.args(["--snapshot", "online", "--slot", &slot, "--create-slot"])
+                            .args(["--end-lsn", &end]);
+                    } else {
+                        cmd.args(["--snapshot", "initial-only"]);
+                    }
+                    if consumer.output == "out-dir" {
+                        cmd.arg("--out-dir").arg(&out_dir);
+                    }
+                    cmd
+                }
+            };
+            let writing = Arc::new(AtomicBool::new(true));
+            let writer = (write_tps > 0).then(|| {
+                let cluster_uri = cluster.uri("postgres", "postgres", None);
+                tokio::spawn(write_load(cluster_uri, rows, write_tps, writing.clone()))
+            });
+            let lag = (consumer.mode == "online").then(|| {
+                let uri = cluster.uri("postgres", "postgres", None);
+                tokio::spawn(sample_lag(uri, slot.clone(), writing.clone()))
+            });
+            // Output goes to /dev/null for psql and for pgcdc to stdout (Feldera JSON).
+            let discard = consumer.output == "stdout";
+            let run =
+                runner::measure(&cluster, &consumer.label(), cmd, Server::Copy, discard).await;
+            writing.store(false, Ordering::Release);
+            if let Some(writer) = writer {
+                writer.await.map_err(|e| e.to_string())??;
+            }
+            let lag = match lag {
+                Some(lag) => Some(lag.await.map_err(|e| e.to_string())?),
+                None => None,
+            };
+            let run = run?;
+            if consumer.mode == "online" {
+                admin
+                    .batch_execute(&format!("SELECT pg_drop_replication_slot('{slot}')"))
+                    .await
+                    .map_err(|e| format!("dropping {slot}: {e}"))?;
+            }
+            if consumer.output == "out-dir" {
+                check_out_dir(&out_dir, rows, write_tps > 0)?;
+                let _ = std::fs::remove_dir_all(&out_dir);
+            }
+            eprintln!(
+                "  round {round} {}: {} s wall, {} s client CPU, {} s server CPU{}",
+                consumer.label(),
+                secs(run.wall),
+                secs(run.client.cpu()),
+                secs(run.server.cpu()),
+                lag.as_ref()
+                    .map(|l| format!(", lag median {} max {}", l.median_text(), l.max_text()))
+                    .unwrap_or_default()
+            );
+            runs.push((consumer.clone(), run, lag));
+        }
+    }
+    print_tables(&consumers, &runs, rows, bytes, scale, write_tps);
+    Ok(())
+}
+
+/// The stream's lag behind the server while an online snapshot runs.
+#[derive(Debug, Clone, Default)]
+struct Lag {
+    /// Bytes of WAL between the insert position and `confirmed_flush_lsn`, per sample.
+    samples: Vec<f64>,
+}
+
+impl Lag {
+    fn median_text(&self) -> String {
+        format!("{:.1} MB", median(self.samples.clone()) / 1e6)
+    }
+
+    fn max_text(&self) -> String {
+        let max = self.samples.iter().copied().fold(0.0, f64::max);
+        format!("{:.1} MB", max / 1e6)
+    }
+}
+
+/// Samples the lag of `slot` every 50 ms until `running` goes false (samples start once
+/// the slot exists and holds a confirmed position).
+async fn sample_lag(uri: String, slot: String, running: Arc<AtomicBool>) -> Lag {
+    let mut lag = Lag::default();
+    let Ok((client, connection)) = tokio_postgres::connect(&uri, tokio_postgres::NoTls).await
+    else {
+        return lag;
+    };
+    tokio::spawn(connection);
+    while running.load(Ordering::Acquire) {
+        if let Ok(Some(row)) = client
+            .query_opt(
+                "SELECT (pg_current_wal_insert_lsn() - confirmed_flush_lsn)::float8 \
+                 FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn IS NOT NULL",
+                &[&slot],
+            )
+            .await
+            && let Ok(bytes) = row.try_get::<_, f64>(0)
+        {
+            lag.samples.push(bytes);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    lag
+}
+
+/// Updates random accounts (and appends to `pgbench_history`, as pgbench's simple-update
+/// does) at about `tps` transactions a second until `running` goes false.
+async fn write_load(
+    uri: String,
+    rows: u64,
+    tps: u32,
+    running: Arc<AtomicBool>,
+) -> Result<(), String> {
+    let (client, connection) = tokio_postgres::connect(&uri, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| format!("write load: {e}"))?;
+    tokio::spawn(connection);
+    let interval = Duration::from_secs_f64(1.0 / f64::from(tps.max(1)));
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut n: u64 = 0;
+    while running.load(Ordering::Acquire) {
+        ticker.tick().await;
+        n += 1;
+        // Spread over the table by a multiplicative hash, so updates land in chunks
+        // already copied, being copied and not yet copied.
+        let aid = 1 + (n.wrapping_mul(2_654_435_761) % rows.max(1));
+        client
+            .batch_execute(&format!(
+                "BEGIN; UPDATE {TABLE} SET abalance = abalance + 1 WHERE aid = {aid}; \
+                 INSERT INTO public.pgbench_history (tid, bid, aid, delta, mtime) VALUES (1, 1, {aid}, 1, now()); COMMIT;"
+            ))
+            .await
+            .map_err(|e| format!("write load: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The `--out-dir` output holds every row of the table (more with writes: updates).
+fn check_out_dir(dir: &std::path::Path, rows: u64, writes: bool) -> Result<(), String> {
+    let mut lines = 0u64;
+    for entry in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().is_some_and(|e| e == "json")
+            && path.to_string_lossy().contains("pgbench_accounts")
+        {
+            let text = std::fs::read(&path).map_err(|e| e.to_string())?;
+            lines += text.iter().filter(|&&b| b == b'\n').count() as u64;
+        }
+    }
+    if lines < rows || (!writes && lines != rows) {
+        return Err(format!(
+            "{} holds {lines} lines of pgbench_accounts, expected {rows}",
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
+fn print_tables(
+    consumers: &[Consumer],
+    runs: &[(Consumer, Run, Option<Lag>)],
+    rows: u64,
+    bytes: i64,
+    scale: u32,
+    write_tps: u32,
+) {
+    let mut table = Table::new([
+        "run",
+        "wall s",
+        "rows/s",
+        "client CPU s (user+sys)",
+        "peak RSS MB",
+        "server CPU s",
+        "other CPU s",
+        "lag median / max",
+    ]);
+    for (consumer, run, lag) in runs {
+        table.row([
+            consumer.label(),
+            secs(run.wall),
+            thousands(rows as f64 / run.wall.as_secs_f64()),
+            format!(
+                "{} ({}+{})",
+                secs(run.client.cpu()),
+                secs(run.client.user),
+                secs(run.client.system)
+            ),
+            mib(run.client.max_rss_kib),
+            secs(run.server.cpu()),
+            secs(run.others_cpu()),
+            lag.as_ref()
+                .map(|l| format!("{} / {}", l.median_text(), l.max_text()))
+                .unwrap_or_else(|| "–".to_owned()),
+        ]);
+    }
+    let of = |c: &Consumer, f: &dyn Fn(&Run) -> f64| {
+        median(
+            runs.iter()
+                .filter(|(k, _, _)| k == c)
+                .map(|(_, r, _)| f(r))
+                .collect(),
+        )
+    };
+    let anchor = consumers
+        .first()
+        .map_or(1.0, |c| of(c, &|r: &Run| r.wall.as_secs_f64()));
+    let mut summary = Table::new([
+        "run (median)",
+        "wall s",
+        "rows/s",
+        "client CPU s",
+        "server CPU s",
+        "wall ÷ psql COPY",
+    ]);
+    for consumer in consumers {
+        let wall = of(consumer, &|r: &Run| r.wall.as_secs_f64());
+        summary.row([
+            consumer.label(),
+            format!("{wall:.2}"),
+            thousands(rows as f64 / wall),
+            format!(
+                "{:.2}",
+                of(consumer, &|r: &Run| r.client.cpu().as_secs_f64())
+            ),
+            format!(
+                "{:.2}",
+                of(consumer, &|r: &Run| r.server.cpu().as_secs_f64())
+            ),
+            format!("{:.2}", wall / anchor),
+        ]);
+    }
+    println!(
+        "\n## Snapshot through the CLI: pgbench scale {scale}, {TABLE} ({rows} rows, {:.0} MB){}\n",
+        bytes as f64 / 1e6,
+        if write_tps > 0 {
+            format!(", {write_tps} writes/s during every run")
+        } else {
+            String::new()
+        }
+    );
+    println!("{}", table.to_markdown());
+    println!("{}", summary.to_markdown());
+}
