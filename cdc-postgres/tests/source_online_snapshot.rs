@@ -172,6 +172,14 @@ async fn readers_sharing_a_table_under_concurrent_writes_equal_select() {
         shared_anchor,
         "some round placed several chunks of one table"
     );
+    // The ranges were split where the key order says (a split in another order, e.g.
+    // text order of integer keys, gives ranges far larger than a chunk).
+    for event in handle.changes() {
+        if let EventKind::Snapshot(SnapshotMarker::ChunkCompleted { rows, table, .. }) = &event.kind
+        {
+            assert!(*rows <= 2 * 150, "a chunk of {table} held {rows} rows");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -133,34 +133,32 @@ pub fn chunk_query(
     Ok(select)
 }
 
-/// The query for where the next `count` chunks of `limit` rows after `after` would end
-/// (each end's key columns as text, in order): the key of every `limit`-th row. An
-/// index-only scan of `count × limit` keys, so that several readers can copy consecutive
-/// ranges of one table at once.
+/// The query for where the chunk of `limit` rows after `after` ends: the key of the
+/// `limit`-th row (its key columns as text), none when fewer rows remain. An index-only
+/// scan of `limit` keys (a window function numbering them cost five times as much).
 pub fn boundary_query(
     table: &CatalogTable,
     after: Option<&[String]>,
     limit: usize,
-    count: usize,
 ) -> Result<String, Error> {
     let query = KeyQuery::new(table)?;
     let texts: Vec<String> = table
         .schema
         .primary_key
         .iter()
-        .map(|c| format!("{}::text", quote_identifier(c)))
+        .enumerate()
+        // Named apart from the key columns: `ORDER BY aid` would otherwise sort by the
+        // output column `aid::text`, in text order.
+        .map(|(i, c)| format!("{}::text AS pgcdc_key_{i}", quote_identifier(c)))
         .collect();
     Ok(format!(
-        "SELECT {} FROM (SELECT {}, row_number() OVER (ORDER BY {}) AS pgcdc_n FROM (SELECT {} FROM {}{}{} ORDER BY {} LIMIT {}) AS pgcdc_keys) AS pgcdc_numbered WHERE pgcdc_n % {limit} = 0 ORDER BY pgcdc_n",
+        "SELECT {} FROM {}{}{} ORDER BY {} OFFSET {} LIMIT 1",
         texts.join(", "),
-        query.key_columns,
-        query.key_columns,
-        query.key_columns,
         query.only,
         table.schema.name,
         query.range(after, None)?,
         query.key_columns,
-        limit.saturating_mul(count),
+        limit.saturating_sub(1),
     ))
 }
 
@@ -174,15 +172,19 @@ pub async fn chunk_boundaries(
     limit: usize,
     count: usize,
 ) -> Result<Vec<Vec<String>>, Error> {
-    let query = boundary_query(table, after, limit, count)?;
     let context = format!("finding chunk boundaries of {}", table.schema.name);
-    let rows = client
-        .query(&query, &[])
-        .await
-        .map_err(sql_error(&context))?;
     let width = table.schema.primary_key.len();
-    let mut ends = Vec::with_capacity(rows.len());
-    for row in rows {
+    let mut ends: Vec<Vec<String>> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let from = ends.last().map(Vec::as_slice).or(after);
+        let query = boundary_query(table, from, limit)?;
+        let Some(row) = client
+            .query_opt(&query, &[])
+            .await
+            .map_err(sql_error(&context))?
+        else {
+            break;
+        };
         let mut key = Vec::with_capacity(width);
         for index in 0..width {
             let text: Option<String> = row.try_get(index).map_err(sql_error(&context))?;

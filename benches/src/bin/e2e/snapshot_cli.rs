@@ -81,9 +81,10 @@ pub async fn run(args: &Args) -> Result<(), String> {
     runner::timed_sql(
         &cluster,
         "publication",
-        &format!("CREATE PUBLICATION pub FOR TABLE {TABLE}; VACUUM ANALYZE {TABLE}"),
+        &format!("CREATE PUBLICATION pub FOR TABLE {TABLE}"),
     )
     .await?;
+    runner::timed_sql(&cluster, "vacuum", &format!("VACUUM ANALYZE {TABLE}")).await?;
     let admin = cluster
         .connect("postgres")
         .await
