@@ -748,3 +748,118 @@ async fn every_chunk_is_whole_in_one_batch_and_ends_it() {
     assert!(chunks >= 4, "1000 rows in chunks of 300: {chunks}");
     source.close().await.unwrap();
 }
+
+const KEYLESS_SCHEMA: &str = "
+    CREATE TABLE public.log (n int, note text, at date);
+    ALTER TABLE public.log REPLICA IDENTITY FULL;
+    CREATE TABLE public.kv (k int PRIMARY KEY, v text);
+    INSERT INTO public.log SELECT g % 500, 'note ' || (g % 7), date '2024-01-01' + g % 30
+        FROM generate_series(1, 4000) g;
+    INSERT INTO public.kv SELECT g, 'v' FROM generate_series(1, 2000) g;
+    CREATE PUBLICATION pub FOR TABLE public.log, public.kv;";
+
+const KEYLESS_TABLES: [&str; 2] = ["public.log", "public.kv"];
+
+/// Writes to a table without a key (duplicate rows: one of them updated or deleted by
+/// `ctid`) and to a keyed one, in the same transactions.
+async fn keyless_write_load(client: &tokio_postgres::Client, rounds: usize, pause: Duration) {
+    for i in 0..rounds {
+        client
+            .batch_execute(&format!(
+                "BEGIN;
+                 INSERT INTO public.log VALUES ({n}, 'new', date '2025-01-01');
+                 UPDATE public.log SET note = note || '!'
+                     WHERE ctid = (SELECT ctid FROM public.log WHERE n = {u} LIMIT 1);
+                 DELETE FROM public.log
+                     WHERE ctid = (SELECT ctid FROM public.log WHERE n = {d} LIMIT 1);
+                 UPDATE public.kv SET v = v || 'x' WHERE k = {k};
+                 COMMIT;",
+                n = i % 500,
+                u = (i * 7) % 500,
+                d = (i * 13) % 500,
+                k = 1 + (i * 17) % 2000,
+            ))
+            .await
+            .unwrap();
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// A table without a primary key is read whole under one snapshot, in pieces of the chunk
+/// size, while the stream waits; duplicates and changes to one of several equal rows
+/// leave the multiset sink equal to `SELECT *`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_without_a_primary_key_is_read_whole_under_concurrent_writes() {
+    let cluster = Cluster::new().await.unwrap();
+    cluster.execute(KEYLESS_SCHEMA).await.unwrap();
+    let handle = MemoryHandle::default();
+    let mut running = spawn(online(&cluster, &KEYLESS_TABLES, 300), &handle);
+    let client = cluster.connect("postgres").await.unwrap();
+    keyless_write_load(&client, 300, Duration::from_millis(3)).await;
+    running
+        .wait_for_equal(&cluster, &handle, &KEYLESS_TABLES, Duration::from_secs(120))
+        .await;
+    running.stop().await;
+    assert!(
+        handle.duplicate_positions().is_empty(),
+        "{:?}",
+        handle.duplicate_positions()
+    );
+    assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
+    let pieces = handle
+        .changes()
+        .iter()
+        .filter(|e| {
+            matches!(&e.kind, EventKind::Snapshot(SnapshotMarker::ChunkCompleted { table, rows, .. })
+                if table.to_string() == "public.log" && *rows <= 300)
+        })
+        .count();
+    assert!(
+        pieces >= 10,
+        "the table was placed in pieces of the chunk size ({pieces})"
+    );
+}
+
+/// Stopped while a table without a primary key is being copied: the next run copies it
+/// again after a TRUNCATE of it (no key to continue from), and the multiset sink still
+/// ends equal to `SELECT *`, never holding a row twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_without_a_primary_key_cut_short_is_copied_again_after_a_truncate() {
+    let cluster = Cluster::new().await.unwrap();
+    cluster
+        .execute(&KEYLESS_SCHEMA.replace("generate_series(1, 4000)", "generate_series(1, 60000)"))
+        .await
+        .unwrap();
+    let handle = MemoryHandle::default();
+    let writer = {
+        let client = cluster.connect("postgres").await.unwrap();
+        tokio::spawn(async move {
+            keyless_write_load(&client, 200, Duration::from_millis(10)).await;
+        })
+    };
+    let mut truncated = false;
+    for round in 0..6 {
+        let running = spawn(online(&cluster, &KEYLESS_TABLES, 500), &handle);
+        tokio::time::sleep(Duration::from_millis(150 + 60 * round)).await;
+        running.stop().await;
+        truncated |= handle.changes().iter().any(|e| {
+            matches!(&e.kind, EventKind::Truncate { tables, .. }
+                if tables.iter().any(|t| t.name.to_string() == "public.log"))
+        });
+    }
+    writer.await.unwrap();
+    let mut running = spawn(online(&cluster, &KEYLESS_TABLES, 500), &handle);
+    running
+        .wait_for_equal(&cluster, &handle, &KEYLESS_TABLES, Duration::from_secs(120))
+        .await;
+    running.stop().await;
+    truncated |= handle.changes().iter().any(|e| {
+        matches!(&e.kind, EventKind::Truncate { tables, .. }
+            if tables.iter().any(|t| t.name.to_string() == "public.log"))
+    });
+    assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
+    assert!(
+        truncated,
+        "a run stopped during the copy, and the next one started over"
+    );
+}

@@ -229,14 +229,15 @@ pub async fn read_chunk(
     Ok(read)
 }
 
-async fn read_in_transaction(
+/// The snapshot of the transaction `client` just began (`pg_current_snapshot()` as text)
+/// and the WAL position read right after it was taken — the insert position, or on a
+/// standby (`in_recovery`) the replay position: every transaction the snapshot sees
+/// committed before it. Must be the transaction's first statement.
+pub(super) async fn snapshot_and_position(
     client: &Client,
-    table: &CatalogTable,
-    select: &str,
-    limit: usize,
     in_recovery: bool,
     context: &str,
-) -> Result<ChunkRead, Error> {
+) -> Result<(String, Lsn), Error> {
     // The first statement of the transaction takes its snapshot; the WAL position is
     // read in the same statement, after it.
     let position = if in_recovery {
@@ -258,6 +259,18 @@ async fn read_in_transaction(
             "{context}: the server reported WAL position {until_text:?}"
         ))
     })?;
+    Ok((snapshot, until))
+}
+
+async fn read_in_transaction(
+    client: &Client,
+    table: &CatalogTable,
+    select: &str,
+    limit: usize,
+    in_recovery: bool,
+    context: &str,
+) -> Result<ChunkRead, Error> {
+    let (snapshot, until) = snapshot_and_position(client, in_recovery, context).await?;
     let statement = format!("COPY ({select}) TO STDOUT (FORMAT binary)");
     let stream = client
         .copy_out(statement.as_str())

@@ -1,11 +1,14 @@
 //! Reading existing rows: the consistent snapshot (tables copied under the slot's exported
 //! snapshot, [`copy`]) and the online snapshot's chunks (the next rows of a table in key
-//! order, each in a short transaction of its own, [`chunk`]).
+//! order, each in a short transaction of its own, [`chunk`]; a table without a primary
+//! key whole under one snapshot, in pieces, [`whole_table`]).
 
 pub mod chunk;
 pub mod copy;
 pub mod copy_binary;
+pub mod whole_table;
 
 pub use chunk::{ChunkRead, chunk_boundaries, read_chunk};
 pub use copy::{CopyMessage, WorkItem};
 pub use copy_binary::{CopyBinaryDecoder, CopyFormatError};
+pub use whole_table::{WholeTableRead, WholeTableStart};

@@ -8,15 +8,9 @@ use cdc_pgoutput::backfill::merge::Key;
 
 use crate::catalog::{CatalogTable, KeyCollationInfo};
 
-/// Positions of `table`'s primary key columns in its rows.
+/// Positions of `table`'s primary key columns in its rows; none for a table without a
+/// primary key (read whole under one snapshot: `crate::snapshot::whole_table`).
 pub(super) fn key_columns(table: &CatalogTable) -> Result<Vec<usize>> {
-    if table.schema.primary_key.is_empty() {
-        return Err(Error::config(format!(
-            "table {} has no primary key: the online snapshot reads tables in key order; \
-             add a primary key or use the consistent snapshot mode",
-            table.schema.name
-        )));
-    }
     table
         .schema
         .primary_key

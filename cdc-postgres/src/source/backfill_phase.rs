@@ -27,6 +27,8 @@ use crate::catalog::CatalogTable;
 use crate::conn::{ConnectionConfig, connect_sql};
 use crate::snapshot::{ChunkRead, chunk_boundaries, read_chunk};
 
+mod whole;
+
 /// Ordinals of snapshot rows and markers start here, above any ordinal a transaction's
 /// own events can have, so that rows placed between two transactions order after the
 /// earlier one's events (see [`BackfillPhase::anchor_position`]).
@@ -77,6 +79,8 @@ pub(crate) struct BackfillPhase {
     /// Set by the background round just before it signals (its handle may not report
     /// finished for a moment longer).
     round_ready: Arc<AtomicBool>,
+    /// A table without a primary key being read whole (the stream waits meanwhile).
+    whole: Option<whole::WholeCopy>,
 }
 
 /// One chunk request of a read round.
@@ -189,6 +193,18 @@ impl BackfillPhase {
             Some(p) if p.ordinal >= ANCHOR_ORDINAL_BASE => processed.max(Lsn(p.commit_lsn.0 + 1)),
             _ => processed,
         };
+        // A table without a key whose copy began but did not complete: the sink holds
+        // part of it and there is no key to continue from, so it is copied again after a
+        // TRUNCATE of it.
+        let truncate_first: Vec<usize> = states
+            .iter()
+            .zip(&covered.tables)
+            .enumerate()
+            .filter(|(_, (state, entry))| {
+                state.key_columns.is_empty() && !entry.done && (entry.chunks > 0 || entry.rows > 0)
+            })
+            .map(|(index, _)| index)
+            .collect();
         Ok(BackfillPhase {
             merge: Backfill::new(states, processed),
             catalog,
@@ -199,12 +215,13 @@ impl BackfillPhase {
             next_ordinal,
             progress: CoveredProgress::new(covered),
             not_before: None,
-            truncate_first: Vec::new(),
+            truncate_first,
             in_flight: None,
             optimistic: true,
             floor: after,
             round_done: Arc::new(Notify::new()),
             round_ready: Arc::new(AtomicBool::new(false)),
+            whole: None,
         })
     }
 
@@ -291,14 +308,23 @@ impl BackfillPhase {
     /// Whether chunks remain to be read and it is time to read them.
     pub(crate) fn wants_chunk(&self) -> bool {
         self.in_flight.is_none()
-            && self.merge.pending_tables().next().is_some()
+            && self.whole.is_none()
+            && self.keyed_pending().next().is_some()
             && self.not_before.is_none_or(|t| Instant::now() >= t)
+    }
+
+    /// Tables with a primary key whose chunks remain to be read.
+    fn keyed_pending(&self) -> impl Iterator<Item = usize> + '_ {
+        self.merge
+            .pending_tables()
+            .filter(|(_, t)| !t.key_columns.is_empty())
+            .map(|(i, _)| i)
     }
 
     /// Whether nothing is left to read or decide (the phase can end once the token's
     /// progress says so too).
     pub(crate) fn is_finished(&self) -> bool {
-        self.merge.is_finished() && self.progress.is_finished()
+        self.whole.is_none() && self.merge.is_finished() && self.progress.is_finished()
     }
 
     /// See [`CoveredProgress::progress_for`].
@@ -381,12 +407,7 @@ impl BackfillPhase {
     /// every reader.
     fn plan_round(&self) -> Result<Vec<TablePlan>> {
         let readers = self.options.readers.max(1);
-        let pending: Vec<usize> = self
-            .merge
-            .pending_tables()
-            .map(|(i, _)| i)
-            .take(readers)
-            .collect();
+        let pending: Vec<usize> = self.keyed_pending().take(readers).collect();
         let mut plans = Vec::with_capacity(pending.len());
         let Some(share) = readers.checked_div(pending.len()) else {
             return Ok(plans);
@@ -541,6 +562,41 @@ impl BackfillPhase {
         self.finish_round(out).await
     }
 
+    /// What goes before a table's next chunk at the anchor: a TRUNCATE of it when its
+    /// copy starts over (then the sink holds nothing of it when the rows come), and its
+    /// `TableStarted` marker before its `first` chunk.
+    fn open_table(
+        &mut self,
+        index: usize,
+        schema: &cdc_core::SchemaRef,
+        first: bool,
+        out: &mut VecDeque<ChangeEvent>,
+    ) {
+        if let Some(at) = self.truncate_first.iter().position(|&t| t == index) {
+            self.truncate_first.swap_remove(at);
+            let position = self.anchor_position();
+            out.push_back(ChangeEvent {
+                position,
+                kind: EventKind::Truncate {
+                    tables: vec![schema.clone()],
+                    cascade: false,
+                    restart_identity: false,
+                },
+            });
+            self.progress.push(Step::Restart {
+                table: index,
+                at: position,
+            });
+        }
+        if first {
+            let position = self.anchor_position();
+            out.push_back(ChangeEvent {
+                position,
+                kind: EventKind::Snapshot(SnapshotMarker::TableStarted(schema.name.clone())),
+            });
+        }
+    }
+
     /// Places one chunk at the anchor (its snapshot already checked against what the
     /// stream passed).
     fn place(
@@ -567,29 +623,7 @@ impl BackfillPhase {
             return Ok(());
         };
         let schema = table_entry.schema.clone();
-        if let Some(at) = self.truncate_first.iter().position(|&t| t == index) {
-            self.truncate_first.swap_remove(at);
-            let position = self.anchor_position();
-            out.push_back(ChangeEvent {
-                position,
-                kind: EventKind::Truncate {
-                    tables: vec![schema.clone()],
-                    cascade: false,
-                    restart_identity: false,
-                },
-            });
-            self.progress.push(Step::Restart {
-                table: index,
-                at: position,
-            });
-        }
-        if first {
-            let position = self.anchor_position();
-            out.push_back(ChangeEvent {
-                position,
-                kind: EventKind::Snapshot(SnapshotMarker::TableStarted(table.clone())),
-            });
-        }
+        self.open_table(index, &schema, first, out);
         let position = self.anchor_position();
         out.push_back(ChangeEvent {
             position,
@@ -664,12 +698,12 @@ impl BackfillPhase {
             table: index,
             end,
             rows,
-            window: BackfillWindow {
+            window: Some(BackfillWindow {
                 after,
                 upto,
                 snapshot: read.snapshot,
                 until: read.until,
-            },
+            }),
             complete,
         }));
         Ok(())

@@ -17,7 +17,10 @@ pub(super) struct ChunkRecord {
     pub(super) end: Position,
     /// Where its rows are and what their keys are.
     pub(super) rows: ChunkRows,
-    pub(super) window: BackfillWindow,
+    /// The chunk's merge window; `None` for a piece of a table read whole that is not
+    /// its last (the table's one window comes with its last piece: until then a restart
+    /// copies the table again).
+    pub(super) window: Option<BackfillWindow>,
     pub(super) complete: bool,
 }
 
@@ -57,8 +60,11 @@ impl ChunkRows {
         }
     }
 
-    /// The key of row `index` (0-based).
+    /// The key of row `index` (0-based); `None` also for a table without a key.
     fn key(&self, index: usize) -> Option<Key> {
+        if self.key_width == 0 {
+            return None;
+        }
         let start = index.checked_mul(self.key_width)?;
         self.keys
             .get(start..start.checked_add(self.key_width)?)
@@ -149,8 +155,30 @@ impl CoveredProgress {
                         entry.chunks += 1;
                         entry.rows += chunk.rows.count as u64;
                         entry.done = chunk.complete;
-                        entry.upto = chunk.window.upto.clone().or(entry.upto.take());
-                        entry.windows.push(chunk.window);
+                        if let Some(window) = chunk.window {
+                            entry.upto = window.upto.clone().or(entry.upto.take());
+                            entry.windows.push(window);
+                        }
+                    } else if chunk.rows.key_width == 0 {
+                        // A piece of a table read whole, partly covered: there is no key to
+                        // continue from; the token says the copy began, so a restart
+                        // copies the table again after a TRUNCATE of it.
+                        let delivered = last.map_or(0, |l| chunk.rows.covered_by(l));
+                        if delivered == 0 {
+                            self.steps.push_front(Step::Chunk(chunk));
+                            break;
+                        }
+                        let partial = TableBackfill {
+                            table: entry.table.clone(),
+                            done: false,
+                            upto: None,
+                            chunks: entry.chunks + 1,
+                            rows: entry.rows + delivered as u64,
+                            windows: entry.windows.clone(),
+                        };
+                        let result = self.snapshot_with(chunk.table, partial, commit_end);
+                        self.steps.push_front(Step::Chunk(chunk));
+                        return result;
                     } else {
                         // The batch ends inside this chunk: the rows up to `last` are the
                         // sink's; the rest is read again after a restart.
@@ -171,7 +199,10 @@ impl CoveredProgress {
                                     break;
                                 }
                             };
-                            let mut window = chunk.window.clone();
+                            let Some(mut window) = chunk.window.clone() else {
+                                self.steps.push_front(Step::Chunk(chunk));
+                                break;
+                            };
                             window.upto = Some(key.clone());
                             let mut partial = TableBackfill {
                                 table: entry.table.clone(),

@@ -553,6 +553,17 @@ impl PgSource {
             if self.continue_replay()? {
                 continue;
             }
+            // A table without a primary key is read whole while the stream waits (see
+            // `backfill_phase::whole`): its pieces go in one after the other, with nothing from
+            // the stream between them.
+            if let Some(backfill) = self.backfill.as_mut()
+                && backfill.copying_whole()
+            {
+                let mut out = VecDeque::new();
+                backfill.next_whole_piece(&mut out).await?;
+                self.pending.extend(out.into_iter().map(Pending::Event));
+                continue;
+            }
             // Online snapshot: the next chunks go in between two transactions, while the
             // stream waits (backpressure reaches the server; status updates go on).
             // A round read in the background is placed at the next transaction boundary
@@ -586,6 +597,18 @@ impl PgSource {
                 // read with the stream paused, which cannot miss one.
                 let mut out = VecDeque::new();
                 backfill.read_round(&mut out).await?;
+                self.pending.extend(out.into_iter().map(Pending::Event));
+                self.stream_had_turn = false;
+                continue;
+            } else if self.stream_had_turn
+                && self.between_transactions()
+                && room
+                && let Some(backfill) = self.backfill.as_mut()
+                && backfill.wants_whole()
+                && backfill.may_place()
+            {
+                let mut out = VecDeque::new();
+                backfill.start_whole(&mut out).await?;
                 self.pending.extend(out.into_iter().map(Pending::Event));
                 self.stream_had_turn = false;
                 continue;
