@@ -756,9 +756,14 @@ const KEYLESS_SCHEMA: &str = "
     INSERT INTO public.log SELECT g % 500, 'note ' || (g % 7), date '2024-01-01' + g % 30
         FROM generate_series(1, 4000) g;
     INSERT INTO public.kv SELECT g, 'v' FROM generate_series(1, 2000) g;
-    CREATE PUBLICATION pub FOR TABLE public.log, public.kv;";
+    CREATE TABLE public.hosts (addr inet PRIMARY KEY, seen int);
+    INSERT INTO public.hosts SELECT ('10.0.' || (g / 256) || '.' || (g % 256))::inet, g
+        FROM generate_series(1, 1500) g;
+    CREATE PUBLICATION pub FOR TABLE public.log, public.kv, public.hosts;";
 
-const KEYLESS_TABLES: [&str; 2] = ["public.log", "public.kv"];
+/// `log` has no key; `hosts` has one whose order pgcdc does not reproduce (`inet`), so it
+/// is read whole too.
+const KEYLESS_TABLES: [&str; 3] = ["public.log", "public.kv", "public.hosts"];
 
 /// Writes to a table without a key (duplicate rows: one of them updated or deleted by
 /// `ctid`) and to a keyed one, in the same transactions.
@@ -773,7 +778,11 @@ async fn keyless_write_load(client: &tokio_postgres::Client, rounds: usize, paus
                  DELETE FROM public.log
                      WHERE ctid = (SELECT ctid FROM public.log WHERE n = {d} LIMIT 1);
                  UPDATE public.kv SET v = v || 'x' WHERE k = {k};
+                 UPDATE public.hosts SET seen = seen + 1 WHERE addr = '10.0.0.{h}';
+                 DELETE FROM public.hosts WHERE addr = '10.0.1.{h}';
+                 INSERT INTO public.hosts VALUES ('10.0.1.{h}', {i}) ON CONFLICT DO NOTHING;
                  COMMIT;",
+                h = 1 + i % 200,
                 n = i % 500,
                 u = (i * 7) % 500,
                 d = (i * 13) % 500,

@@ -4,7 +4,7 @@
 
 use cdc_core::{Error, Lsn, Row, quote_identifier};
 use futures::StreamExt;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 use super::copy::{columns_for_copy, decode_fields, sql_error};
 use super::copy_binary::CopyBinaryDecoder;
@@ -213,27 +213,47 @@ pub async fn read_chunk(
 ) -> Result<ChunkRead, Error> {
     let select = chunk_query(table, after, upto, limit)?;
     let context = format!("reading a chunk of {}", table.schema.name);
-    client
-        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        .await
-        .map_err(sql_error(&context))?;
-    let result = read_in_transaction(client, table, &select, limit, in_recovery, &context).await;
-    // Ends the transaction whatever happened; a failed COMMIT after a successful read
-    // changes nothing (the transaction only read).
-    let ended = client.batch_execute("COMMIT").await;
-    let mut read = result?;
+    // Two round trips a chunk: the transaction's start with its snapshot, then the COPY
+    // with the COMMIT sent right behind it. Each wait for the server is a wake-up of
+    // this task and of the backend, which on a busy machine costs more than the query.
+    let (snapshot, until) = match begin_with_snapshot(client, in_recovery, &context).await {
+        Ok(started) => started,
+        Err(e) => {
+            let _ = client.batch_execute("ROLLBACK").await;
+            return Err(e);
+        }
+    };
+    let statement = format!("COPY ({select}) TO STDOUT (FORMAT binary)");
+    let stream = match client.copy_out(statement.as_str()).await {
+        Ok(stream) => stream,
+        Err(e) => {
+            let _ = client.batch_execute("ROLLBACK").await;
+            return Err(sql_error(&context)(e));
+        }
+    };
+    // The COMMIT ends the transaction whatever the read found (it only read; after an
+    // error it rolls back); the server takes it once the COPY's rows are sent.
+    let (rows, ended) = futures::future::join(
+        read_copy(stream, table, limit, &context),
+        client.batch_execute("COMMIT"),
+    )
+    .await;
+    let rows = rows?;
     ended.map_err(sql_error(&context))?;
-    if upto.is_some() {
-        read.complete = false;
-    }
-    Ok(read)
+    let complete = upto.is_none() && rows.len() < limit;
+    Ok(ChunkRead {
+        snapshot,
+        until,
+        rows,
+        complete,
+    })
 }
 
-/// The snapshot of the transaction `client` just began (`pg_current_snapshot()` as text)
-/// and the WAL position read right after it was taken — the insert position, or on a
-/// standby (`in_recovery`) the replay position: every transaction the snapshot sees
-/// committed before it. Must be the transaction's first statement.
-pub(super) async fn snapshot_and_position(
+/// Begins a `REPEATABLE READ READ ONLY` transaction on `client` and returns its snapshot
+/// (`pg_current_snapshot()` as text) and the WAL position read right after the snapshot
+/// was taken — the insert position, or on a standby (`in_recovery`) the replay position:
+/// every transaction the snapshot sees committed before it. One round trip.
+pub(super) async fn begin_with_snapshot(
     client: &Client,
     in_recovery: bool,
     context: &str,
@@ -245,37 +265,41 @@ pub(super) async fn snapshot_and_position(
     } else {
         "pg_current_wal_insert_lsn()"
     };
-    let row = client
-        .query_one(
-            &format!("SELECT pg_current_snapshot()::text, {position}::text"),
-            &[],
-        )
+    let messages = client
+        .simple_query(&format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; \
+             SELECT pg_current_snapshot()::text, {position}::text"
+        ))
         .await
         .map_err(sql_error(context))?;
-    let snapshot: String = row.try_get(0).map_err(sql_error(context))?;
-    let until_text: String = row.try_get(1).map_err(sql_error(context))?;
+    let Some(row) = messages.iter().find_map(|m| match m {
+        SimpleQueryMessage::Row(row) => Some(row),
+        _ => None,
+    }) else {
+        return Err(Error::protocol(format!(
+            "{context}: the server returned no snapshot"
+        )));
+    };
+    let (Some(snapshot), Some(until_text)) = (row.get(0), row.get(1)) else {
+        return Err(Error::protocol(format!(
+            "{context}: the server returned no snapshot or WAL position (a standby that has replayed nothing yet?)"
+        )));
+    };
     let until: Lsn = until_text.parse().map_err(|_| {
         Error::protocol(format!(
             "{context}: the server reported WAL position {until_text:?}"
         ))
     })?;
-    Ok((snapshot, until))
+    Ok((snapshot.to_owned(), until))
 }
 
-async fn read_in_transaction(
-    client: &Client,
+/// The rows of a chunk's COPY, at most `limit` expected (the vector is sized for them).
+async fn read_copy(
+    stream: tokio_postgres::CopyOutStream,
     table: &CatalogTable,
-    select: &str,
     limit: usize,
-    in_recovery: bool,
     context: &str,
-) -> Result<ChunkRead, Error> {
-    let (snapshot, until) = snapshot_and_position(client, in_recovery, context).await?;
-    let statement = format!("COPY ({select}) TO STDOUT (FORMAT binary)");
-    let stream = client
-        .copy_out(statement.as_str())
-        .await
-        .map_err(sql_error(context))?;
+) -> Result<Vec<Row>, Error> {
     futures::pin_mut!(stream);
     let mut decoder = CopyBinaryDecoder::new(Some(table.column_types.len()));
     // Sized for the whole chunk up front: growing a vector of rows copies it each time.
@@ -295,13 +319,7 @@ async fn read_in_transaction(
             "{context}: the COPY data ended without its trailer"
         )));
     }
-    let complete = rows.len() < limit;
-    Ok(ChunkRead {
-        snapshot,
-        until,
-        rows,
-        complete,
-    })
+    Ok(rows)
 }
 
 #[cfg(test)]

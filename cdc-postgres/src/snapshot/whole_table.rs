@@ -14,7 +14,7 @@ use cdc_core::{Error, Lsn, Row};
 use futures::StreamExt;
 use tokio_postgres::{Client, CopyOutStream};
 
-use super::chunk::snapshot_and_position;
+use super::chunk::begin_with_snapshot;
 use super::copy::{columns_for_copy, decode_fields, sql_error};
 use super::copy_binary::CopyBinaryDecoder;
 use crate::catalog::CatalogTable;
@@ -56,11 +56,7 @@ impl WholeTableRead {
         in_recovery: bool,
     ) -> Result<(Self, WholeTableStart), Error> {
         let context = format!("reading {} (no primary key) whole", table.schema.name);
-        client
-            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .await
-            .map_err(sql_error(&context))?;
-        let (snapshot, until) = snapshot_and_position(&client, in_recovery, &context).await?;
+        let (snapshot, until) = begin_with_snapshot(&client, in_recovery, &context).await?;
         let only = if table.partitions.is_empty() {
             "ONLY "
         } else {

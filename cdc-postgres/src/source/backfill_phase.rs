@@ -15,6 +15,7 @@ use cdc_core::{
     BackfillProgress, BackfillWindow, ChangeEvent, Error, EventKind, Lsn, Position, Result,
     SnapshotMarker, TableBackfill, TableName,
 };
+use cdc_pgoutput::backfill::key_order::KeyOrder;
 use cdc_pgoutput::backfill::merge::{Backfill, ChunkEnd, Frontier, TableState, Window, key_of};
 use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
 use tokio::sync::Notify;
@@ -123,6 +124,7 @@ impl BackfillPhase {
         let mut states = Vec::new();
         let mut catalog = Vec::new();
         let mut covered = BackfillProgress::default();
+        let mut recopy = Vec::new();
         for entry in progress.tables {
             let Some(index) = catalog_tables
                 .iter()
@@ -134,8 +136,41 @@ impl BackfillPhase {
             let Some(table) = catalog_tables.get(index) else {
                 continue;
             };
-            let key_columns = key_columns(table)?;
-            let order = key_order(table)?;
+            // A key whose order only the server knows (e.g. text under a linguistic
+            // collation) cannot be merged chunk by chunk: such a table is read whole, like
+            // a table without a key.
+            let (key_columns, order) = match key_order(table) {
+                Ok(order) => (key_columns(table)?, order),
+                Err(e) if e.kind() == cdc_core::ErrorKind::Config => {
+                    tracing::info!(table = %table.schema.name, reason = %e, "the online snapshot reads this table whole");
+                    (Vec::new(), KeyOrder::new(Vec::new()))
+                }
+                Err(e) => return Err(e),
+            };
+            let keyed_progress = entry.upto.is_some()
+                || entry
+                    .windows
+                    .iter()
+                    .any(|w| w.after.is_some() || w.upto.is_some());
+            if key_columns.is_empty() && keyed_progress {
+                // Copied by key before (an earlier version ordered this key itself): the
+                // token's ranges mean nothing to a whole-table read, so the table is
+                // copied again, after a TRUNCATE of it.
+                tracing::warn!(table = %entry.table, "copying the table again: its copy was made in key order, which this run cannot reproduce");
+                recopy.push(states.len());
+                states.push(TableState {
+                    table: entry.table.clone(),
+                    key_columns,
+                    order,
+                    frontier: Frontier::NotStarted,
+                    windows: Vec::new(),
+                    chunks: entry.chunks,
+                    rows: entry.rows,
+                });
+                catalog.push(index);
+                covered.tables.push(entry);
+                continue;
+            }
             let frontier = if entry.done {
                 Frontier::Done
             } else {
@@ -196,7 +231,7 @@ impl BackfillPhase {
         // A table without a key whose copy began but did not complete: the sink holds
         // part of it and there is no key to continue from, so it is copied again after a
         // TRUNCATE of it.
-        let truncate_first: Vec<usize> = states
+        let mut truncate_first: Vec<usize> = states
             .iter()
             .zip(&covered.tables)
             .enumerate()
@@ -205,6 +240,11 @@ impl BackfillPhase {
             })
             .map(|(index, _)| index)
             .collect();
+        for index in recopy {
+            if !truncate_first.contains(&index) {
+                truncate_first.push(index);
+            }
+        }
         Ok(BackfillPhase {
             merge: Backfill::new(states, processed),
             catalog,
