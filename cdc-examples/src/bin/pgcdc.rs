@@ -5,3 +5,6 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     cdc_examples::main_entry()
 }
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
