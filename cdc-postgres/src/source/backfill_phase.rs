@@ -637,33 +637,20 @@ impl BackfillPhase {
         }
     }
 
-    /// Places one chunk at the anchor (its snapshot already checked against what the
-    /// stream passed).
-    fn place(
+    /// Puts a chunk's rows at the anchor between its `ChunkStarted` and `ChunkCompleted`
+    /// markers, followed by the table's `TableCompleted { rows: table_rows }` when given.
+    /// Returns the rows as the token needs them (their keys, at `key_columns`, kept as
+    /// values) and the position of the last marker.
+    fn place_rows(
         &mut self,
-        request: &Request,
-        read: ChunkRead,
-        snapshot: XidSnapshot,
+        schema: &cdc_core::SchemaRef,
+        chunk: u64,
+        rows: Vec<cdc_core::Row>,
+        key_columns: &[usize],
+        table_rows: Option<u64>,
         out: &mut VecDeque<ChangeEvent>,
-    ) -> Result<()> {
-        let index = request.index;
-        let Some(state) = self.merge.tables().get(index) else {
-            return Ok(());
-        };
-        let table = state.table.clone();
-        let chunk = state.chunks;
-        let first = state.chunks == 0;
-        let key_columns = state.key_columns.clone();
-        let after = match &state.frontier {
-            Frontier::UpTo(key) => Some(key_text(key)?),
-            _ => None,
-        };
-        let tables = Arc::clone(&self.tables);
-        let Some(table_entry) = self.catalog.get(index).and_then(|&c| tables.get(c)) else {
-            return Ok(());
-        };
-        let schema = table_entry.schema.clone();
-        self.open_table(index, &schema, first, out);
+    ) -> (ChunkRows, Position) {
+        let table = &schema.name;
         let position = self.anchor_position();
         out.push_back(ChangeEvent {
             position,
@@ -672,29 +659,12 @@ impl BackfillPhase {
                 chunk,
             }),
         });
-        let count = read.rows.len();
-        // The merge needs only the last row and the count; the rows then move into their
-        // events, and only their keys are kept (see `ChunkRows`).
-        // A range chunk ends at its range's end (rows at its end may have gone since the
-        // boundaries were found); a chunk of the next rows at its last row.
-        let end = match (&request.upto, read.rows.last()) {
-            _ if read.complete => ChunkEnd::TableEnd,
-            (Some(upto), _) => ChunkEnd::Key(parse_key(table_entry, upto)?),
-            (None, Some(last)) => ChunkEnd::Key(key_of(&key_columns, last)?),
-            (None, None) => ChunkEnd::TableEnd,
-        };
-        let upto = match &end {
-            ChunkEnd::Key(key) => Some(key_text(key)?),
-            ChunkEnd::TableEnd => None,
-        };
-        let complete = end == ChunkEnd::TableEnd;
-        self.merge
-            .deliver_range(index, snapshot, read.until, count, end)?;
+        let count = rows.len();
         let key_width = key_columns.len();
         let mut keys = Vec::with_capacity(count.saturating_mul(key_width));
         let mut first = None;
-        for row in read.rows {
-            for &column in &key_columns {
+        for row in rows {
+            for &column in key_columns {
                 keys.push(row.get(column).cloned().unwrap_or(cdc_core::Value::Null));
             }
             let position = self.anchor_position();
@@ -707,18 +677,16 @@ impl BackfillPhase {
                 },
             });
         }
-        let position = self.anchor_position();
+        let mut end = self.anchor_position();
         out.push_back(ChangeEvent {
-            position,
+            position: end,
             kind: EventKind::Snapshot(SnapshotMarker::ChunkCompleted {
                 table: table.clone(),
                 chunk,
                 rows: count as u64,
             }),
         });
-        let mut end = position;
-        if complete {
-            let total = self.merge.tables().get(index).map_or(0, |s| s.rows);
+        if let Some(total) = table_rows {
             end = self.anchor_position();
             out.push_back(ChangeEvent {
                 position: end,
@@ -734,6 +702,62 @@ impl BackfillPhase {
             key_width,
             keys,
         };
+        (rows, end)
+    }
+
+    /// Places one chunk at the anchor (its snapshot already checked against what the
+    /// stream passed).
+    fn place(
+        &mut self,
+        request: &Request,
+        read: ChunkRead,
+        snapshot: XidSnapshot,
+        out: &mut VecDeque<ChangeEvent>,
+    ) -> Result<()> {
+        let index = request.index;
+        let Some(state) = self.merge.tables().get(index) else {
+            return Ok(());
+        };
+        let chunk = state.chunks;
+        let first = state.chunks == 0;
+        let key_columns = state.key_columns.clone();
+        let after = match &state.frontier {
+            Frontier::UpTo(key) => Some(key_text(key)?),
+            _ => None,
+        };
+        let tables = Arc::clone(&self.tables);
+        let Some(table_entry) = self.catalog.get(index).and_then(|&c| tables.get(c)) else {
+            return Ok(());
+        };
+        let schema = table_entry.schema.clone();
+        self.open_table(index, &schema, first, out);
+        let count = read.rows.len();
+        // A range chunk ends at its range's end (rows at its end may have gone since the
+        // boundaries were found); a chunk of the next rows at its last row.
+        let end = match (&request.upto, read.rows.last()) {
+            _ if read.complete => ChunkEnd::TableEnd,
+            (Some(upto), _) => ChunkEnd::Key(parse_key(table_entry, upto)?),
+            (None, Some(last)) => ChunkEnd::Key(key_of(&key_columns, last)?),
+            (None, None) => ChunkEnd::TableEnd,
+        };
+        let upto = match &end {
+            ChunkEnd::Key(key) => Some(key_text(key)?),
+            ChunkEnd::TableEnd => None,
+        };
+        let complete = end == ChunkEnd::TableEnd;
+        // The merge needs only the range and the count; the rows then move into their
+        // events, and only their keys are kept (see `ChunkRows`).
+        self.merge
+            .deliver_range(index, snapshot, read.until, count, end)?;
+        let total = self.merge.tables().get(index).map_or(0, |s| s.rows);
+        let (rows, end) = self.place_rows(
+            &schema,
+            chunk,
+            read.rows,
+            &key_columns,
+            complete.then_some(total),
+            out,
+        );
         self.progress.push(Step::Chunk(ChunkRecord {
             table: index,
             end,

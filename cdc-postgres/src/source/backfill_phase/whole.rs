@@ -19,11 +19,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cdc_core::{BackfillWindow, ChangeEvent, Error, EventKind, Lsn, Result, SnapshotMarker};
+use cdc_core::{BackfillWindow, ChangeEvent, Error, Lsn, Result};
 use cdc_pgoutput::backfill::merge::ChunkEnd;
 use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
 
-use super::super::backfill_progress::{ChunkRecord, ChunkRows, Step};
+use super::super::backfill_progress::{ChunkRecord, Step};
 use super::{BackfillPhase, RETRY_DELAY};
 use crate::conn::connect_sql;
 use crate::snapshot::WholeTableRead;
@@ -172,58 +172,15 @@ impl BackfillPhase {
             snapshot: copy.snapshot.clone(),
             until: copy.until,
         });
-        let schema = table.schema.clone();
-        let name = schema.name.clone();
-        let position = self.anchor_position();
-        out.push_back(ChangeEvent {
-            position,
-            kind: EventKind::Snapshot(SnapshotMarker::ChunkStarted {
-                table: name.clone(),
-                chunk,
-            }),
-        });
-        let count = rows.len();
-        let mut first = None;
-        for row in rows {
-            let position = self.anchor_position();
-            first.get_or_insert(position);
-            out.push_back(ChangeEvent {
-                position,
-                kind: EventKind::Insert {
-                    table: schema.clone(),
-                    new: row,
-                },
-            });
-        }
-        let mut end = self.anchor_position();
-        out.push_back(ChangeEvent {
-            position: end,
-            kind: EventKind::Snapshot(SnapshotMarker::ChunkCompleted {
-                table: name.clone(),
-                chunk,
-                rows: count as u64,
-            }),
-        });
         if done {
             self.whole = None;
-            end = self.anchor_position();
-            out.push_back(ChangeEvent {
-                position: end,
-                kind: EventKind::Snapshot(SnapshotMarker::TableCompleted {
-                    table: name,
-                    rows: total,
-                }),
-            });
         }
+        let (rows, end) =
+            self.place_rows(&table.schema, chunk, rows, &[], done.then_some(total), out);
         self.progress.push(Step::Chunk(ChunkRecord {
             table: index,
             end,
-            rows: ChunkRows {
-                first,
-                count,
-                key_width: 0,
-                keys: Vec::new(),
-            },
+            rows,
             window,
             complete: done,
         }));
