@@ -23,6 +23,17 @@ fn online(cluster: &Cluster, tables: &[&str], chunk_rows: usize) -> PgSourceOpti
     options
 }
 
+/// No position applied twice, and nothing the multiset sink could not apply (a second
+/// insert of a row it holds, an update or delete of one it lacks).
+fn assert_no_position_twice_and_no_anomaly(handle: &MemoryHandle) {
+    assert!(
+        handle.duplicate_positions().is_empty(),
+        "{:?}",
+        handle.duplicate_positions()
+    );
+    assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
+}
+
 /// Snapshot rows delivered per table (inserts between chunk markers).
 fn chunk_rows(handle: &MemoryHandle) -> (u64, usize) {
     let mut rows = 0;
@@ -111,12 +122,7 @@ async fn online_snapshot_under_concurrent_writes_equals_select() {
         .wait_for_equal(&cluster, &handle, &TABLES, Duration::from_secs(120))
         .await;
     running.stop().await;
-    assert!(
-        handle.duplicate_positions().is_empty(),
-        "{:?}",
-        handle.duplicate_positions()
-    );
-    assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
+    assert_no_position_twice_and_no_anomaly(&handle);
     let (rows, chunks) = chunk_rows(&handle);
     assert!(chunks > 30, "the tables were read in chunks ({chunks})");
     assert!(rows > 0);
@@ -151,12 +157,7 @@ async fn readers_sharing_a_table_under_concurrent_writes_equal_select() {
         .wait_for_equal(&cluster, &handle, &TABLES, Duration::from_secs(120))
         .await;
     running.stop().await;
-    assert!(
-        handle.duplicate_positions().is_empty(),
-        "{:?}",
-        handle.duplicate_positions()
-    );
-    assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
+    assert_no_position_twice_and_no_anomaly(&handle);
     // Several chunks of one table placed at one point of the stream: their markers share
     // the anchor's commit LSN.
     let mut shared_anchor = false;
@@ -809,12 +810,7 @@ async fn a_table_without_a_primary_key_is_read_whole_under_concurrent_writes() {
         .wait_for_equal(&cluster, &handle, &KEYLESS_TABLES, Duration::from_secs(120))
         .await;
     running.stop().await;
-    assert!(
-        handle.duplicate_positions().is_empty(),
-        "{:?}",
-        handle.duplicate_positions()
-    );
-    assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
+    assert_no_position_twice_and_no_anomaly(&handle);
     let pieces = handle
         .changes()
         .iter()
