@@ -4,7 +4,10 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use cdc_core::{BackfillProgress, Error, Lsn, Result, ResumeToken, SourceIdentity, TableName};
+use cdc_core::{
+    BackfillProgress, ChangeEvent, Error, EventKind, Lsn, Position, Result, ResumeToken,
+    SnapshotMarker, SourceIdentity, TableName,
+};
 
 use super::backfill_phase::{BackfillOptions, BackfillPhase};
 use super::snapshot_phase::SnapshotPhase;
@@ -236,6 +239,25 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                 source.confirmed = created.consistent_point;
                 start_streaming(source, repl, created.consistent_point).await?;
                 if online {
+                    if resume.is_some() {
+                        // The sink holds part of an interrupted snapshot (the consistent
+                        // mode's, when the mode changed between runs): it drops it first,
+                        // as before a consistent snapshot taken again.
+                        let ordinal = match source.queued_upto {
+                            Some(p) if p.commit_lsn.0 + 1 >= created.consistent_point.0 => {
+                                p.ordinal + 1
+                            }
+                            _ => 0,
+                        };
+                        let position = Position::new(
+                            Lsn(created.consistent_point.0.saturating_sub(1)),
+                            ordinal,
+                        );
+                        source.pending.push_back(Pending::Event(ChangeEvent {
+                            position,
+                            kind: EventKind::Snapshot(SnapshotMarker::Restarted),
+                        }));
+                    }
                     let progress = BackfillPhase::fresh_progress(&source.tables);
                     begin_backfill(source, progress, created.consistent_point)?;
                     // The first token covers the slot's start, as the slot is confirmed
