@@ -198,10 +198,12 @@ pub struct StreamArgs {
     /// Source.
     #[command(flatten)]
     pub source: SourceArgs,
-    /// `initial`: copy existing rows first (consistent), then stream; `online`: stream at
-    /// once and copy in chunks alongside; `never`: stream changes only; `initial-only`:
-    /// copy existing rows and stop (uses a temporary slot). Default: `initial`; `online`
-    /// with --sink (JetStream cannot withdraw the rows of an interrupted `initial` copy).
+    /// `initial` (alias `consistent`): copy existing rows first under one exported
+    /// snapshot, then stream; `online`: stream at once and copy in chunks alongside;
+    /// `never`: stream changes only; `initial-only`: copy existing rows consistently and
+    /// stop (uses a temporary slot). Default: `initial`; `online` with --sink (JetStream
+    /// cannot withdraw the rows of an interrupted `initial` copy). Applies when the slot
+    /// is new.
     #[arg(long, value_enum)]
     pub snapshot: Option<SnapshotArg>,
     /// When the slot may advance. `checkpoint` (default): after the output is durable —
@@ -374,6 +376,7 @@ impl PolicyArgs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum SnapshotArg {
     /// Copy existing rows under one exported snapshot (consistent), then stream.
+    #[value(alias = "consistent")]
     Initial,
     /// Stream at once and copy existing rows in primary-key chunks alongside (online):
     /// resumable chunk by chunk, the slot advances during the copy.
@@ -668,5 +671,18 @@ mod tests {
     fn command_line_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn consistent_names_the_exported_snapshot_mode() {
+        use clap::ValueEnum;
+        assert_eq!(
+            SnapshotArg::from_str("consistent", false),
+            Ok(SnapshotArg::Initial)
+        );
+        assert_eq!(
+            SnapshotArg::from_str("initial", false),
+            Ok(SnapshotArg::Initial)
+        );
     }
 }
