@@ -518,8 +518,9 @@ pub enum SnapshotMode {
     Never,
     /// Stream at once and read the tables in primary-key chunks alongside (online
     /// snapshot): every chunk is its own short transaction, chunk progress is in the resume
-    /// token, the slot advances during the copy. Every table needs a primary key of
-    /// orderable types.
+    /// token, the slot advances during the copy. A table without a primary key (or with
+    /// one whose order pgcdc cannot reproduce) is read whole under one snapshot while
+    /// the stream waits, and copied again after a TRUNCATE if interrupted.
     Online,
 }
 

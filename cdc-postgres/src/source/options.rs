@@ -30,8 +30,9 @@ pub struct PgSourceOptions {
     /// A committed transaction that spilled is released entirely from its file, so the
     /// release holds no buffered messages next to the batches in flight to the sink.
     pub stream_memory_limit: usize,
-    /// Connections copying the snapshot in parallel (online snapshot: tables whose
-    /// chunks are read at once).
+    /// Connections copying the snapshot in parallel (online snapshot: chunks read at
+    /// once — one table each, or several key ranges of one table when fewer tables are
+    /// left than readers).
     pub snapshot_workers: usize,
     /// Tables larger than this many 8 kB pages are copied in ctid ranges of this size by
     /// several workers.
