@@ -6,7 +6,7 @@ use cdc_core::{Error, Lsn, Row, quote_identifier};
 use futures::StreamExt;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
-use super::copy::{columns_for_copy, decode_fields, sql_error};
+use super::copy::{columns_for_copy, next_decoded_row, sql_error};
 use super::copy_binary::CopyBinaryDecoder;
 use crate::catalog::CatalogTable;
 
@@ -43,7 +43,7 @@ impl<'a> KeyQuery<'a> {
         let key = &table.schema.primary_key;
         if key.is_empty() {
             return Err(Error::config(format!(
-                "table {} has no primary key; the online snapshot reads tables in key order (use the consistent snapshot mode for it)",
+                "internal: table {} has no primary key to read in key order (it is read whole)",
                 table.schema.name
             )));
         }
@@ -307,11 +307,8 @@ async fn read_copy(
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(sql_error(context))?;
         decoder.feed(&chunk);
-        while let Some(row) = decoder
-            .next_row_with(|bytes, spans| decode_fields(table, &table.column_types, bytes, spans))
-            .map_err(|e| Error::protocol(format!("{context}: {e}")))?
-        {
-            rows.push(row?);
+        while let Some(row) = next_decoded_row(&mut decoder, table, context)? {
+            rows.push(row);
         }
     }
     if !decoder.is_done() || decoder.has_pending_bytes() {

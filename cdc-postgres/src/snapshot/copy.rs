@@ -267,11 +267,8 @@ async fn copy_item(
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(sql_error(&context))?;
         decoder.feed(&chunk);
-        while let Some(row) = decoder
-            .next_row_with(|bytes, spans| decode_fields(table, &table.column_types, bytes, spans))
-            .map_err(|e| Error::protocol(format!("{context}: {e}")))?
-        {
-            rows.push(row?);
+        while let Some(row) = next_decoded_row(&mut decoder, table, &context)? {
+            rows.push(row);
             count += 1;
             if rows.len() >= ROWS_PER_MESSAGE {
                 let full = std::mem::replace(&mut rows, Vec::with_capacity(ROWS_PER_MESSAGE));
@@ -304,9 +301,22 @@ async fn copy_item(
     Ok(count)
 }
 
+/// The next complete row of `decoder` decoded as a row of `table` (`Ok(None)`: more bytes
+/// are needed, or the data ended); errors name `context`.
+pub(super) fn next_decoded_row(
+    decoder: &mut CopyBinaryDecoder,
+    table: &CatalogTable,
+    context: &str,
+) -> Result<Option<Row>, Error> {
+    decoder
+        .next_row_with(|bytes, spans| decode_fields(table, &table.column_types, bytes, spans))
+        .map_err(|e| Error::protocol(format!("{context}: {e}")))?
+        .transpose()
+}
+
 /// One COPY row (as [`columns_for_copy`] selected it; its bytes and field spans, see
 /// [`CopyBinaryDecoder::next_row_with`]) as a row of `table`.
-pub(super) fn decode_fields(
+fn decode_fields(
     table: &CatalogTable,
     types: &[TypeInfo],
     row_bytes: &[u8],

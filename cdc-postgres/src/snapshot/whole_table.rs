@@ -15,7 +15,7 @@ use futures::StreamExt;
 use tokio_postgres::{Client, CopyOutStream};
 
 use super::chunk::begin_with_snapshot;
-use super::copy::{columns_for_copy, decode_fields, sql_error};
+use super::copy::{columns_for_copy, next_decoded_row, sql_error};
 use super::copy_binary::CopyBinaryDecoder;
 use crate::catalog::CatalogTable;
 
@@ -96,14 +96,8 @@ impl WholeTableRead {
         let mut rows = Vec::with_capacity(limit.min(1 << 16));
         loop {
             while rows.len() < limit {
-                match self
-                    .decoder
-                    .next_row_with(|bytes, spans| {
-                        decode_fields(table, &table.column_types, bytes, spans)
-                    })
-                    .map_err(|e| Error::protocol(format!("{}: {e}", self.context)))?
-                {
-                    Some(row) => rows.push(row?),
+                match next_decoded_row(&mut self.decoder, table, &self.context)? {
+                    Some(row) => rows.push(row),
                     None => break,
                 }
             }

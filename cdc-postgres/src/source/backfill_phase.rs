@@ -124,7 +124,7 @@ impl BackfillPhase {
         let mut states = Vec::new();
         let mut catalog = Vec::new();
         let mut covered = BackfillProgress::default();
-        let mut recopy = Vec::new();
+        let mut truncate_first = Vec::new();
         for entry in progress.tables {
             let Some(index) = catalog_tables
                 .iter()
@@ -147,63 +147,28 @@ impl BackfillPhase {
                 }
                 Err(e) => return Err(e),
             };
+            let whole = key_columns.is_empty();
             let keyed_progress = entry.upto.is_some()
                 || entry
                     .windows
                     .iter()
                     .any(|w| w.after.is_some() || w.upto.is_some());
-            if key_columns.is_empty() && keyed_progress {
+            let (frontier, windows) = if whole && keyed_progress {
                 // Copied by key before (an earlier version ordered this key itself): the
                 // token's ranges mean nothing to a whole-table read, so the table is
                 // copied again, after a TRUNCATE of it.
                 tracing::warn!(table = %entry.table, "copying the table again: its copy was made in key order, which this run cannot reproduce");
-                recopy.push(states.len());
-                states.push(TableState {
-                    table: entry.table.clone(),
-                    key_columns,
-                    order,
-                    frontier: Frontier::NotStarted,
-                    windows: Vec::new(),
-                    chunks: entry.chunks,
-                    rows: entry.rows,
-                });
-                catalog.push(index);
-                covered.tables.push(entry);
-                continue;
-            }
-            let frontier = if entry.done {
-                Frontier::Done
+                truncate_first.push(states.len());
+                (Frontier::NotStarted, Vec::new())
             } else {
-                match &entry.upto {
-                    None => Frontier::NotStarted,
-                    Some(text) => Frontier::UpTo(parse_key(table, text)?),
+                if whole && !entry.done && (entry.chunks > 0 || entry.rows > 0) {
+                    // Its copy began but did not complete: the sink holds part of it and
+                    // there is no key to continue from, so it is copied again after a
+                    // TRUNCATE of it.
+                    truncate_first.push(states.len());
                 }
+                restored_frontier_and_windows(table, &entry, processed)?
             };
-            let mut windows = Vec::new();
-            for window in &entry.windows {
-                if window.until <= processed {
-                    continue;
-                }
-                windows.push(Window {
-                    after: window
-                        .after
-                        .as_ref()
-                        .map(|k| parse_key(table, k))
-                        .transpose()?,
-                    upto: window
-                        .upto
-                        .as_ref()
-                        .map(|k| parse_key(table, k))
-                        .transpose()?,
-                    snapshot: XidSnapshot::parse(&window.snapshot).map_err(|e| {
-                        Error::protocol(format!(
-                            "the resume token's backfill snapshot of {} is malformed: {e}",
-                            entry.table
-                        ))
-                    })?,
-                    until: window.until,
-                });
-            }
             states.push(TableState {
                 table: entry.table.clone(),
                 key_columns,
@@ -228,23 +193,6 @@ impl BackfillPhase {
             Some(p) if p.ordinal >= ANCHOR_ORDINAL_BASE => processed.max(Lsn(p.commit_lsn.0 + 1)),
             _ => processed,
         };
-        // A table without a key whose copy began but did not complete: the sink holds
-        // part of it and there is no key to continue from, so it is copied again after a
-        // TRUNCATE of it.
-        let mut truncate_first: Vec<usize> = states
-            .iter()
-            .zip(&covered.tables)
-            .enumerate()
-            .filter(|(_, (state, entry))| {
-                state.key_columns.is_empty() && !entry.done && (entry.chunks > 0 || entry.rows > 0)
-            })
-            .map(|(index, _)| index)
-            .collect();
-        for index in recopy {
-            if !truncate_first.contains(&index) {
-                truncate_first.push(index);
-            }
-        }
         Ok(BackfillPhase {
             merge: Backfill::new(states, processed),
             catalog,
@@ -560,21 +508,13 @@ impl BackfillPhase {
                     retry = true;
                     break;
                 }
-                let snapshot = XidSnapshot::parse(&read.snapshot).map_err(|e| {
-                    Error::protocol(format!("the server returned a malformed snapshot: {e}"))
-                })?;
                 // Checked for every chunk before any is placed: placing one clears the
                 // table's record of what the stream passed before the anchor.
-                let invisible = self.merge.invisible_before_anchor(index, &snapshot);
-                if !invisible.is_empty() {
-                    tracing::debug!(
-                        ?invisible,
-                        "a chunk's snapshot does not yet show transactions the stream passed; reading it again"
-                    );
+                let Some(snapshot) = self.snapshot_showing_the_past(index, &read.snapshot)? else {
                     retry = true;
                     missed = true;
                     break;
-                }
+                };
                 let complete = read.complete;
                 expected_after = request.upto.clone();
                 usable.push((request, read, snapshot));
@@ -592,6 +532,25 @@ impl BackfillPhase {
         self.optimistic = !missed;
         self.not_before = retry.then(|| Instant::now() + RETRY_DELAY);
         Ok(())
+    }
+
+    /// The snapshot `text` of a read of table `index`, if it shows every transaction
+    /// that touched the table and that the stream passed before the anchor (`None`: the
+    /// read misses one — e.g. a commit still waiting for a synchronous standby — and is
+    /// to be read again).
+    fn snapshot_showing_the_past(&self, index: usize, text: &str) -> Result<Option<XidSnapshot>> {
+        let snapshot = XidSnapshot::parse(text).map_err(|e| {
+            Error::protocol(format!("the server returned a malformed snapshot: {e}"))
+        })?;
+        let invisible = self.merge.invisible_before_anchor(index, &snapshot);
+        if invisible.is_empty() {
+            return Ok(Some(snapshot));
+        }
+        tracing::debug!(
+            ?invisible,
+            "a snapshot does not yet show transactions the stream passed; reading again"
+        );
+        Ok(None)
     }
 
     /// Reads the next chunks with the stream paused, and places those whose snapshot saw
@@ -772,6 +731,49 @@ impl BackfillPhase {
         }));
         Ok(())
     }
+}
+
+/// A table's frontier and still-open merge windows as `entry` of a token has them (windows
+/// closed by `processed` left out).
+fn restored_frontier_and_windows(
+    table: &CatalogTable,
+    entry: &TableBackfill,
+    processed: Lsn,
+) -> Result<(Frontier, Vec<Window>)> {
+    let frontier = if entry.done {
+        Frontier::Done
+    } else {
+        match &entry.upto {
+            None => Frontier::NotStarted,
+            Some(text) => Frontier::UpTo(parse_key(table, text)?),
+        }
+    };
+    let mut windows = Vec::new();
+    for window in &entry.windows {
+        if window.until <= processed {
+            continue;
+        }
+        windows.push(Window {
+            after: window
+                .after
+                .as_ref()
+                .map(|k| parse_key(table, k))
+                .transpose()?,
+            upto: window
+                .upto
+                .as_ref()
+                .map(|k| parse_key(table, k))
+                .transpose()?,
+            snapshot: XidSnapshot::parse(&window.snapshot).map_err(|e| {
+                Error::protocol(format!(
+                    "the resume token's backfill snapshot of {} is malformed: {e}",
+                    entry.table
+                ))
+            })?,
+            until: window.until,
+        });
+    }
+    Ok((frontier, windows))
 }
 
 /// Reads the chunks `plans` ask for, each on its own connection of `readers` (a table's

@@ -21,7 +21,6 @@ use std::time::Instant;
 
 use cdc_core::{BackfillWindow, ChangeEvent, Error, Lsn, Result};
 use cdc_pgoutput::backfill::merge::ChunkEnd;
-use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
 
 use super::super::backfill_progress::{ChunkRecord, Step};
 use super::{BackfillPhase, RETRY_DELAY};
@@ -96,19 +95,11 @@ impl BackfillPhase {
             }
             Err(e) => return Err(e),
         };
-        let snapshot = XidSnapshot::parse(&start.snapshot).map_err(|e| {
-            Error::protocol(format!("the server returned a malformed snapshot: {e}"))
-        })?;
-        let invisible = self.merge.invisible_before_anchor(index, &snapshot);
-        if !invisible.is_empty() {
+        let Some(snapshot) = self.snapshot_showing_the_past(index, &start.snapshot)? else {
             // Dropping the read ends its connection and so its transaction.
-            tracing::debug!(
-                ?invisible,
-                "a whole-table snapshot does not yet show transactions the stream passed; reading it again"
-            );
             self.not_before = Some(Instant::now() + RETRY_DELAY);
             return Ok(());
-        }
+        };
         let first = self
             .merge
             .tables()
