@@ -5,6 +5,3 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     cdc_examples::main_entry()
 }
-
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
