@@ -53,7 +53,9 @@ pub struct TxCommit {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SnapshotMarker {
     /// A snapshot of the configured tables starts; rows of the following `TableStarted`
-    /// tables are inserts of the snapshot.
+    /// tables are inserts of the snapshot. An online snapshot puts it before its first
+    /// chunk, again in each run that continues an unfinished one, and before tables added
+    /// or copied again on a live stream; streamed changes go on between it and `Completed`.
     Started,
     /// A previous, incomplete snapshot is abandoned and redone from scratch: the sink must
     /// discard every row it holds from snapshot events before this marker.
@@ -72,9 +74,13 @@ pub enum SnapshotMarker {
         /// Rows copied.
         rows: u64,
     },
-    /// Every table is copied; streaming continues from the slot's consistent point.
+    /// Every table is copied. Consistent snapshot: streaming continues from the slot's
+    /// consistent point. Online snapshot: the last chunk is merged; from here on the sink
+    /// holds every table as the stream has it.
     Completed {
-        /// The slot's consistent point.
+        /// Consistent snapshot: the slot's consistent point. Online snapshot: the stream's
+        /// position when the last chunk was merged (the end of the last transaction
+        /// delivered before it).
         consistent_point: Lsn,
     },
     /// Online snapshot: one chunk of `table` follows — its rows are the table's rows in a

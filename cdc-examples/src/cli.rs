@@ -198,12 +198,11 @@ pub struct StreamArgs {
     /// Source.
     #[command(flatten)]
     pub source: SourceArgs,
-    /// `initial` (alias `consistent`): copy existing rows first under one exported
-    /// snapshot, then stream; `online`: stream at once and copy in chunks alongside;
-    /// `never`: stream changes only; `initial-only`: copy existing rows consistently and
-    /// stop (uses a temporary slot). Default: `initial`; `online` with --sink (JetStream
-    /// cannot withdraw the rows of an interrupted `initial` copy). Applies when the slot
-    /// is new.
+    /// `online` (default): stream at once and copy existing rows in chunks alongside,
+    /// resumable chunk by chunk; `consistent` (alias `initial`): copy existing rows first
+    /// under one exported snapshot — one transactionally consistent picture — then
+    /// stream; `never`: stream changes only; `initial-only`: copy existing rows
+    /// consistently and stop (uses a temporary slot). Applies when the slot is new.
     #[arg(long, value_enum)]
     pub snapshot: Option<SnapshotArg>,
     /// When the slot may advance. `checkpoint` (default): after the output is durable —
@@ -375,12 +374,12 @@ impl PolicyArgs {
 /// `--snapshot`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum SnapshotArg {
-    /// Copy existing rows under one exported snapshot (consistent), then stream.
-    #[value(alias = "consistent")]
-    Initial,
-    /// Stream at once and copy existing rows in primary-key chunks alongside (online):
-    /// resumable chunk by chunk, the slot advances during the copy.
+    /// Stream at once and copy existing rows in primary-key chunks alongside (online,
+    /// the default): resumable chunk by chunk, the slot advances during the copy.
     Online,
+    /// Copy existing rows under one exported snapshot, then stream.
+    #[value(alias = "initial")]
+    Consistent,
     /// Stream changes only.
     Never,
     /// Copy existing rows and stop.
@@ -678,11 +677,11 @@ mod tests {
         use clap::ValueEnum;
         assert_eq!(
             SnapshotArg::from_str("consistent", false),
-            Ok(SnapshotArg::Initial)
+            Ok(SnapshotArg::Consistent)
         );
         assert_eq!(
             SnapshotArg::from_str("initial", false),
-            Ok(SnapshotArg::Initial)
+            Ok(SnapshotArg::Consistent)
         );
     }
 }

@@ -432,7 +432,7 @@ impl Collector for StreamMetrics {
         single(
             e,
             "pgcdc_snapshot_complete",
-            "1 once the initial snapshot is complete (or none was taken).",
+            "1 once a snapshot (consistent or online) this process delivered is complete; 0 while one runs (again while tables are backfilled on a live stream).",
             ConstGauge::new(i64::from(pipeline.snapshot_complete)),
         )?;
         Ok(())

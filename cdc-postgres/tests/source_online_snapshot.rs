@@ -34,6 +34,64 @@ fn assert_no_position_twice_and_no_anomaly(handle: &MemoryHandle) {
     assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
 }
 
+/// Waits until the sink holds a `SnapshotMarker::Completed` after event `from` (the
+/// sink's state can equal the tables before an empty last chunk is placed).
+async fn wait_for_snapshot_completed(handle: &MemoryHandle, from: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !handle.changes()[from..].iter().any(|e| {
+        matches!(
+            e.kind,
+            EventKind::Snapshot(SnapshotMarker::Completed { .. })
+        )
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the online snapshot never said it completed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The backfill in `events` is announced as a whole: one `Started` before anything it
+/// placed (table and chunk markers, the TRUNCATE before a copy taken again), one
+/// `Completed` after every table's completion.
+fn assert_backfill_announced_once(events: &[cdc_core::ChangeEvent]) {
+    let at = |wanted: fn(&EventKind) -> bool| -> Vec<usize> {
+        events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| wanted(&e.kind))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let started = at(|k| matches!(k, EventKind::Snapshot(SnapshotMarker::Started)));
+    let completed = at(|k| matches!(k, EventKind::Snapshot(SnapshotMarker::Completed { .. })));
+    let placed = at(|k| {
+        matches!(
+            k,
+            EventKind::Snapshot(
+                SnapshotMarker::TableStarted(_) | SnapshotMarker::ChunkStarted { .. }
+            ) | EventKind::Truncate { .. }
+        )
+    });
+    let tables_done = at(|k| {
+        matches!(
+            k,
+            EventKind::Snapshot(SnapshotMarker::TableCompleted { .. })
+        )
+    });
+    assert_eq!(started.len(), 1, "one Started marker");
+    assert_eq!(completed.len(), 1, "one Completed marker");
+    assert!(
+        placed.iter().all(|&i| i > started[0]),
+        "Started comes first"
+    );
+    assert!(
+        !tables_done.is_empty() && tables_done.iter().all(|&i| i < completed[0]),
+        "Completed comes after every table's completion"
+    );
+}
+
 /// Snapshot rows delivered per table (inserts between chunk markers).
 fn chunk_rows(handle: &MemoryHandle) -> (u64, usize) {
     let mut rows = 0;
@@ -121,8 +179,10 @@ async fn online_snapshot_under_concurrent_writes_equals_select() {
     running
         .wait_for_equal(&cluster, &handle, &TABLES, Duration::from_secs(120))
         .await;
+    wait_for_snapshot_completed(&handle, 0).await;
     running.stop().await;
     assert_no_position_twice_and_no_anomaly(&handle);
+    assert_backfill_announced_once(&handle.changes());
     let (rows, chunks) = chunk_rows(&handle);
     assert!(chunks > 30, "the tables were read in chunks ({chunks})");
     assert!(rows > 0);
@@ -564,10 +624,12 @@ async fn resnapshot_of_one_table_converges_while_writes_continue() {
             Duration::from_secs(60),
         )
         .await;
+    wait_for_snapshot_completed(&handle, events_before).await;
     running.stop().await;
     assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
     assert!(handle.duplicate_positions().is_empty());
     let later = &handle.changes()[events_before..];
+    assert_backfill_announced_once(later);
     let name_b = cdc_core::TableName::new("public", "b");
     let name_a = cdc_core::TableName::new("public", "a");
     assert!(
@@ -729,12 +791,17 @@ async fn every_chunk_is_whole_in_one_batch_and_ends_it() {
             })
             .expect("the chunk ends in the batch it starts in");
         let rest = &tail[end + 1..];
+        // After the last chunk: the table's completion, then the snapshot's.
         assert!(
             rest.is_empty()
-                || (rest.len() == 1
+                || (rest.len() == 2
                     && matches!(
                         rest[0],
                         EventKind::Snapshot(SnapshotMarker::TableCompleted { .. })
+                    )
+                    && matches!(
+                        rest[1],
+                        EventKind::Snapshot(SnapshotMarker::Completed { .. })
                     )),
             "the chunk ends its batch: {rest:?}"
         );
@@ -744,7 +811,7 @@ async fn every_chunk_is_whole_in_one_batch_and_ends_it() {
             .count();
         assert!(rows <= 300);
         chunks += 1;
-        done = rest.len() == 1;
+        done = rest.len() == 2;
     }
     assert!(chunks >= 4, "1000 rows in chunks of 300: {chunks}");
     source.close().await.unwrap();

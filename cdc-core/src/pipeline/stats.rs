@@ -222,6 +222,10 @@ impl PipelineStats {
                     c.snapshot_tables_done.fetch_add(1, Relaxed);
                     in_snapshot_rows += rows;
                 }
+                EventKind::Snapshot(SnapshotMarker::Started) => {
+                    // A backfill of tables added or copied again on a live stream.
+                    c.snapshot_done.store(0, Relaxed);
+                }
                 EventKind::Snapshot(SnapshotMarker::Completed { .. }) => {
                     c.snapshot_done.store(1, Relaxed);
                 }

@@ -37,20 +37,16 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
         ));
     }
     let quiet = global.quiet;
-    let snapshot = args.snapshot.unwrap_or(if args.nats.sink.is_some() {
-        SnapshotArg::Online
-    } else {
-        SnapshotArg::Initial
-    });
-    if args.nats.sink.is_some() && snapshot == SnapshotArg::Initial && !quiet {
+    let snapshot = args.snapshot.unwrap_or(SnapshotArg::Online);
+    if args.nats.sink.is_some() && snapshot == SnapshotArg::Consistent && !quiet {
         eprintln!(
-            "pgcdc: warning: --snapshot initial with --sink: if pgcdc stops before the snapshot completes, the stream holds rows of a copy that cannot be resumed, and the restart fails until the stream is purged; --snapshot online (the default with --sink) resumes"
+            "pgcdc: warning: --snapshot consistent with --sink: if pgcdc stops before the snapshot completes, the stream holds rows of a copy that cannot be resumed, and the restart fails until the stream is purged; --snapshot online (the default) resumes"
         );
     }
     let mut config = super::source_config(&args.source)?;
     config.snapshot = match snapshot {
         SnapshotArg::Never => SnapshotMode::Never,
-        SnapshotArg::Initial | SnapshotArg::InitialOnly => SnapshotMode::Initial,
+        SnapshotArg::Consistent | SnapshotArg::InitialOnly => SnapshotMode::Initial,
         SnapshotArg::Online => SnapshotMode::Online,
     };
     config.commit_mode = CommitMode::from(args.commit_mode);

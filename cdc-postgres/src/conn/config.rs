@@ -511,16 +511,21 @@ impl Streaming {
 #[serde(rename_all = "snake_case")]
 pub enum SnapshotMode {
     /// Copy every configured table under the slot's exported snapshot, then stream from
-    /// the slot's consistent point (default).
-    #[default]
+    /// the slot's consistent point (the consistent mode, spelled `initial` or
+    /// `consistent`): the initial state is one transactionally consistent picture, but
+    /// the exporting walsender stays idle in a transaction until the last row is copied,
+    /// and an interrupted copy starts over.
+    #[serde(alias = "consistent")]
     Initial,
     /// Do not copy existing rows; stream changes from the slot's consistent point only.
     Never,
     /// Stream at once and read the tables in primary-key chunks alongside (online
-    /// snapshot): every chunk is its own short transaction, chunk progress is in the resume
-    /// token, the slot advances during the copy. A table without a primary key (or with
-    /// one whose order pgcdc cannot reproduce) is read whole under one snapshot while
-    /// the stream waits, and copied again after a TRUNCATE if interrupted.
+    /// snapshot, the default): every chunk is its own short transaction, chunk progress
+    /// is in the resume token, the slot advances during the copy. A table without a
+    /// primary key (or with one whose order pgcdc cannot reproduce) is read whole under
+    /// one snapshot while the stream waits, and copied again after a TRUNCATE if
+    /// interrupted.
+    #[default]
     Online,
 }
 
@@ -727,7 +732,7 @@ mod tests {
             .unwrap()
             .with_tables(["public.orders", "orders"])
             .unwrap();
-        assert_eq!(config.snapshot, SnapshotMode::Initial);
+        assert_eq!(config.snapshot, SnapshotMode::Online);
         assert_eq!(config.commit_mode, CommitMode::Checkpoint);
         assert!(config.slot_name().starts_with("pgcdc_"));
         let err = config.qualified_tables().unwrap_err();

@@ -8,7 +8,7 @@
 //!   "source_table": "public.orders",
 //!   "ssl_ca_pem": "-----BEGIN CERTIFICATE-----\n...",
 //!   "slot": "shop_orders",
-//!   "snapshot": "initial",
+//!   "snapshot": "online",
 //!   "commit_mode": "checkpoint"
 //! }
 //! ```
@@ -90,7 +90,7 @@ pub struct SourceConfigJson {
     /// Replication slot name; default derived from host, port, database and publication.
     #[serde(default)]
     pub slot: Option<String>,
-    /// `initial` (default) or `never`.
+    /// `online` (default), `initial` (alias `consistent`) or `never`.
     #[serde(default)]
     pub snapshot: SnapshotMode,
     /// `checkpoint` (default) or `completion`.
@@ -284,7 +284,7 @@ mod tests {
             vec![TableRef::parse("public.orders").unwrap()]
         );
         assert_eq!(config.connection.tls.mode, SslMode::Prefer);
-        assert_eq!(config.snapshot, SnapshotMode::Initial);
+        assert_eq!(config.snapshot, SnapshotMode::Online);
         assert_eq!(config.commit_mode, CommitMode::Checkpoint);
         assert_eq!(config.streaming, Streaming::Auto);
         assert!(!config.two_phase);
@@ -436,6 +436,21 @@ mod tests {
         assert_eq!(config.commit_mode, CommitMode::Completion);
         assert_eq!(config.batch.max_events, 10);
         assert_eq!(config.batch.max_latency, Duration::from_millis(5));
+    }
+
+    #[test]
+    fn every_snapshot_spelling_parses() {
+        for (text, mode) in [
+            ("online", SnapshotMode::Online),
+            ("initial", SnapshotMode::Initial),
+            ("consistent", SnapshotMode::Initial),
+            ("never", SnapshotMode::Never),
+        ] {
+            let config =
+                parse(json!({"uri": "host=db user=u", "publication": "p", "snapshot": text}))
+                    .unwrap();
+            assert_eq!(config.snapshot, mode, "{text}");
+        }
     }
 
     #[test]

@@ -82,6 +82,9 @@ pub(crate) struct BackfillPhase {
     round_ready: Arc<AtomicBool>,
     /// A table without a primary key being read whole (the stream waits meanwhile).
     whole: Option<whole::WholeCopy>,
+    /// Whether this phase put its `SnapshotMarker::Started` out yet (before its first
+    /// placed row or marker).
+    announced: bool,
 }
 
 /// One chunk request of a read round.
@@ -210,6 +213,7 @@ impl BackfillPhase {
             round_done: Arc::new(Notify::new()),
             round_ready: Arc::new(AtomicBool::new(false)),
             whole: None,
+            announced: false,
         })
     }
 
@@ -564,6 +568,11 @@ impl BackfillPhase {
     /// What goes before a table's next chunk at the anchor: a TRUNCATE of it when its
     /// copy starts over (then the sink holds nothing of it when the rows come), and its
     /// `TableStarted` marker before its `first` chunk.
+    ///
+    /// The phase's first table opened is preceded by `SnapshotMarker::Started` (again in
+    /// each run that resumes an unfinished backfill, and for tables added or copied again
+    /// on a live stream), so a sink or a metric sees the backfill begin as it sees a
+    /// consistent snapshot begin.
     fn open_table(
         &mut self,
         index: usize,
@@ -571,6 +580,14 @@ impl BackfillPhase {
         first: bool,
         out: &mut VecDeque<ChangeEvent>,
     ) {
+        if !self.announced {
+            self.announced = true;
+            let position = self.anchor_position();
+            out.push_back(ChangeEvent {
+                position,
+                kind: EventKind::Snapshot(SnapshotMarker::Started),
+            });
+        }
         if let Some(at) = self.truncate_first.iter().position(|&t| t == index) {
             self.truncate_first.swap_remove(at);
             let position = self.anchor_position();
@@ -597,7 +614,9 @@ impl BackfillPhase {
     }
 
     /// Puts a chunk's rows at the anchor between its `ChunkStarted` and `ChunkCompleted`
-    /// markers, followed by the table's `TableCompleted { rows: table_rows }` when given.
+    /// markers, followed by the table's `TableCompleted { rows: table_rows }` when given,
+    /// and by `SnapshotMarker::Completed` when that was the last table to copy (its
+    /// `consistent_point`: the stream position from which the sink holds every table).
     /// Returns the rows as the token needs them (their keys, at `key_columns`, kept as
     /// values) and the position of the last marker.
     fn place_rows(
@@ -654,6 +673,15 @@ impl BackfillPhase {
                     rows: total,
                 }),
             });
+            if self.whole.is_none() && self.merge.pending_tables().next().is_none() {
+                end = self.anchor_position();
+                out.push_back(ChangeEvent {
+                    position: end,
+                    kind: EventKind::Snapshot(SnapshotMarker::Completed {
+                        consistent_point: self.merge.processed(),
+                    }),
+                });
+            }
         }
         let rows = ChunkRows {
             first,

@@ -254,11 +254,16 @@ impl PgSource {
                         // table's completion when it is the last one), so a batch's
                         // token never falls inside a chunk: a sink whose output cannot
                         // be withdrawn (a JetStream stream) can make a chunk atomic.
+                        // The snapshot's completion after it goes in too, so no token
+                        // says every table is done without it.
                         self.building_chunk = false;
-                        if let Some(Pending::Event(next)) = self.pending.front()
+                        while let Some(Pending::Event(next)) = self.pending.front()
                             && matches!(
                                 next.kind,
-                                EventKind::Snapshot(SnapshotMarker::TableCompleted { .. })
+                                EventKind::Snapshot(
+                                    SnapshotMarker::TableCompleted { .. }
+                                        | SnapshotMarker::Completed { .. }
+                                )
                             )
                             && let Some(Pending::Event(next)) = self.pending.pop_front()
                         {

@@ -19,6 +19,8 @@ pub fn options(cluster: &Cluster, tables: &[&str]) -> PgSourceOptions {
         .with_tables(tables.iter().copied())
         .unwrap();
     let mut options = PgSourceOptions::new(config);
+    // Most suites test the consistent snapshot (online has its own suite).
+    options.config.snapshot = cdc_postgres::conn::SnapshotMode::Initial;
     options.config.batch.max_latency = Duration::from_millis(20);
     options.progress_interval = Duration::from_millis(200);
     options
