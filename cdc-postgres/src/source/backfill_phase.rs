@@ -368,6 +368,14 @@ impl BackfillPhase {
         position
     }
 
+    /// The most events one read round places: every reader's chunk and its markers.
+    pub(crate) fn round_events(&self) -> usize {
+        self.options
+            .readers
+            .max(1)
+            .saturating_mul(self.options.chunk_rows.max(1).saturating_add(4))
+    }
+
     /// Whether the next round may run in the background while the stream goes on (its
     /// chunks are placed only if no transaction the stream passed in the meantime is
     /// missing from their snapshots); after a round that failed that check, the next one

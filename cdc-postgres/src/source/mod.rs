@@ -583,7 +583,13 @@ impl PgSource {
                 continue;
             }
             let room = self.pending.len() < self.options.config.batch.max_events;
-            if room
+            // The next round is read while the last one's rows still wait here to go out
+            // (at most one round's rows wait, plus a batch): the server reads while this
+            // side places and the sink encodes, instead of each waiting for the other.
+            let round_room = self.backfill.as_ref().is_some_and(|b| {
+                self.pending.len() < self.options.config.batch.max_events + b.round_events()
+            });
+            if round_room
                 && let Some(backfill) = self.backfill.as_mut()
                 && backfill.wants_chunk()
                 && backfill.optimistic()
