@@ -580,6 +580,11 @@ impl PgSource {
                 let mut out = VecDeque::new();
                 backfill.finish_round(&mut out).await?;
                 self.pending.extend(out.into_iter().map(Pending::Event));
+                // The next round starts now, not once these rows went out (the sink
+                // takes them batch by batch, and each chunk ends a batch).
+                if backfill.wants_chunk() && backfill.optimistic() {
+                    backfill.start_round().await?;
+                }
                 continue;
             }
             let room = self.pending.len() < self.options.config.batch.max_events;
