@@ -637,6 +637,8 @@ impl BackfillPhase {
         out: &mut VecDeque<ChangeEvent>,
     ) -> (ChunkRows, Position) {
         let table = &schema.name;
+        // The chunk's rows share a reference of their own (see `SnapshotPhase::pull`).
+        let schema = &std::sync::Arc::new(cdc_core::TableSchema::clone(schema));
         let position = self.anchor_position();
         out.push_back(ChangeEvent {
             position,

@@ -155,7 +155,15 @@ impl SnapshotPhase {
         match message {
             CopyMessage::Rows { table, rows } => {
                 self.start_table(table, out);
-                let Some(schema) = self.tables.get(table).map(|t| t.schema.clone()) else {
+                // A reference of its own for these rows: every row's clone here and drop
+                // in the sink then counts on a line no other batch's rows share (one
+                // shared count, bumped here and dropped on the sink's thread at once,
+                // bounces between the cores).
+                let Some(schema) = self
+                    .tables
+                    .get(table)
+                    .map(|t| std::sync::Arc::new(cdc_core::TableSchema::clone(&t.schema)))
+                else {
                     return Err(Error::protocol(
                         "internal: rows for an unknown snapshot table",
                     ));
