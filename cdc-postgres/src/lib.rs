@@ -3,7 +3,8 @@
 //! Connection strings and Feldera's connector JSON ([`conn::config`]), TLS and
 //! authentication, the replication connection and its commands, the CopyBoth replication
 //! stream, preflight checks and slots ([`conn`]), the published tables' columns and types
-//! ([`catalog`]), the consistent initial snapshot ([`snapshot`]), and
+//! ([`catalog`]), the snapshot's reads — the consistent mode's copy and the online mode's
+//! chunks ([`snapshot`]) — and
 //! [`source::PgSource`], which puts them together as a [`cdc_core::Source`]. Bytes are
 //! turned into values by the sans-IO protocol crate [`cdc_pgoutput`] (re-exported as
 //! [`pgoutput`]); this crate owns the sockets, the clock and the tasks around it.
