@@ -107,7 +107,7 @@ async fn metrics_follow_a_real_stream_and_health_follows_the_server() {
         .unwrap();
     let out = tempfile::tempdir().unwrap();
     let uri = cluster.uri("postgres", ADMIN_USER, None);
-    let cmd = pgcdc([
+    let args = [
         "stream",
         "--uri",
         &uri,
@@ -125,27 +125,9 @@ async fn metrics_follow_a_real_stream_and_health_follows_the_server() {
         "1s",
         "--on-non-finite",
         "null",
-    ]);
-    let (mut child, _stdout, stderr) = spawn_collecting(cmd);
-    assert!(
-        stderr.wait_for(WAIT, |lines| lines
-            .iter()
-            .any(|l| l.contains("metrics on http://"))),
-        "no metrics address on stderr: {:?}",
-        stderr.snapshot()
-    );
-    let addr: SocketAddr = stderr
-        .snapshot()
-        .iter()
-        .find_map(|l| {
-            l.split("http://")
-                .nth(1)
-                .and_then(|rest| rest.split('/').next())
-                .map(str::to_owned)
-        })
-        .unwrap()
-        .parse()
-        .unwrap();
+    ];
+    let (mut child, _stdout, stderr) = spawn_collecting(pgcdc(args));
+    let addr = metrics_address(&stderr);
 
     // The snapshot: every row counted once, the table done.
     let table = [("table", "public.t")];
@@ -269,4 +251,50 @@ async fn metrics_follow_a_real_stream_and_health_follows_the_server() {
     signal(child.id(), libc::SIGINT);
     let status = wait_status(&mut child, WAIT);
     assert!(status.success(), "{status:?}: {:?}", stderr.snapshot());
+
+    // Rerun: it resumes a stream whose snapshot is complete and copies nothing, so the
+    // snapshot is complete from the start (an alert on the gauge must not fire on a
+    // restart).
+    let (mut child, _stdout, stderr) = spawn_collecting(pgcdc(args));
+    let addr = metrics_address(&stderr);
+    let samples = wait_for(addr, "streaming again", |s| {
+        find(s, "pgcdc_state", &[("state", "streaming")]) == Some(1.0)
+    });
+    assert_eq!(find(&samples, "pgcdc_snapshot_complete", &[]), Some(1.0));
+    assert_eq!(
+        find(
+            &samples,
+            "pgcdc_changes_total",
+            &[("table", "public.t"), ("op", "snapshot")]
+        )
+        .unwrap_or(0.0),
+        0.0,
+        "nothing copied again"
+    );
+    signal(child.id(), libc::SIGINT);
+    let status = wait_status(&mut child, WAIT);
+    assert!(status.success(), "{status:?}: {:?}", stderr.snapshot());
+}
+
+/// The address `pgcdc` printed for its metrics endpoint.
+fn metrics_address(stderr: &Lines) -> SocketAddr {
+    assert!(
+        stderr.wait_for(WAIT, |lines| lines
+            .iter()
+            .any(|l| l.contains("metrics on http://"))),
+        "no metrics address on stderr: {:?}",
+        stderr.snapshot()
+    );
+    stderr
+        .snapshot()
+        .iter()
+        .find_map(|l| {
+            l.split("http://")
+                .nth(1)
+                .and_then(|rest| rest.split('/').next())
+                .map(str::to_owned)
+        })
+        .unwrap()
+        .parse()
+        .unwrap()
 }

@@ -432,8 +432,10 @@ impl Collector for StreamMetrics {
         single(
             e,
             "pgcdc_snapshot_complete",
-            "1 once a snapshot (consistent or online) this process delivered is complete; 0 while one runs (again while tables are backfilled on a live stream).",
-            ConstGauge::new(i64::from(pipeline.snapshot_complete)),
+            "1 once the sink holds every table: the snapshot (consistent or online) is complete, or this run had none to take; 0 while one runs (again while tables are backfilled on a live stream).",
+            ConstGauge::new(i64::from(
+                pipeline.snapshot_complete || source.nothing_to_copy(),
+            )),
         )?;
         Ok(())
     }

@@ -313,6 +313,13 @@ impl BackfillPhase {
             .map(|(i, _)| i)
     }
 
+    /// Whether rows are left to copy (a table not yet complete, or one to copy again).
+    pub(crate) fn copies(&self) -> bool {
+        self.whole.is_some()
+            || !self.truncate_first.is_empty()
+            || self.merge.pending_tables().next().is_some()
+    }
+
     /// Whether nothing is left to read or decide (the phase can end once the token's
     /// progress says so too).
     pub(crate) fn is_finished(&self) -> bool {

@@ -235,6 +235,9 @@ impl PgSource {
                     if self.building.is_empty() {
                         self.building_since = Some(Instant::now());
                     }
+                    if matches!(event.kind, EventKind::Snapshot(SnapshotMarker::Started)) {
+                        self.stats.copying();
+                    }
                     let is_commit = matches!(event.kind, EventKind::Commit(_));
                     let starts_chunk = matches!(
                         event.kind,
@@ -461,6 +464,9 @@ impl Source for PgSource {
                         ));
                     }
                     self.report_state();
+                    let copying = matches!(self.phase, Phase::Snapshot(_))
+                        || self.backfill.as_ref().is_some_and(BackfillPhase::copies);
+                    self.stats.started(copying);
                     return Ok(lsn);
                 }
                 Err(e) if e.is_transient() && policy.max_attempts.is_none_or(|m| attempt < m) => {

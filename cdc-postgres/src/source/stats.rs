@@ -90,6 +90,8 @@ struct StateInfo {
     state: SourceState,
     since: Option<Instant>,
     last_error: Option<String>,
+    copied: bool,
+    started: bool,
 }
 
 /// A point-in-time copy of [`SourceStats`].
@@ -120,6 +122,11 @@ pub struct SourceStatsSnapshot {
     pub state_age: Duration,
     /// The error that caused the current reconnect, or that stopped the source.
     pub last_error: Option<String>,
+    /// Whether this source copies (or copied) rows in this run: a consistent snapshot,
+    /// or an online backfill with tables left to read, finished or not.
+    pub copied: bool,
+    /// Whether the source has started (its slot and stream are set up).
+    pub started: bool,
     /// Reconnects by cause.
     pub reconnects: Vec<(&'static str, u64)>,
     /// The slot's WAL retention, once polled.
@@ -127,6 +134,12 @@ pub struct SourceStatsSnapshot {
 }
 
 impl SourceStatsSnapshot {
+    /// Whether the stream holds every table without this run copying anything: it
+    /// resumed after its snapshot was complete, or was started without one.
+    pub fn nothing_to_copy(&self) -> bool {
+        self.started && !self.copied
+    }
+
     /// WAL bytes between the server's end and what is confirmed (0 before anything is
     /// known).
     pub fn lag_bytes(&self) -> u64 {
@@ -155,6 +168,8 @@ impl SourceStats {
             state: state.state,
             state_age: state.since.map_or(Duration::ZERO, |s| s.elapsed()),
             last_error: state.last_error.clone(),
+            copied: state.copied,
+            started: state.started,
             reconnects: lock(&c.reconnects)
                 .iter()
                 .map(|(cause, n)| (*cause, *n))
@@ -206,6 +221,19 @@ impl SourceStats {
         }
     }
 
+    /// The source has started; `copying`: it copies rows in this run.
+    pub(super) fn started(&self, copying: bool) {
+        let mut info = lock(&self.inner.state);
+        info.started = true;
+        info.copied |= copying;
+    }
+
+    /// The source hands out the start of a snapshot (a table copied again later in the
+    /// run, too).
+    pub(super) fn copying(&self) {
+        lock(&self.inner.state).copied = true;
+    }
+
     pub(super) fn reconnect(&self, cause: &'static str) {
         *lock(&self.inner.reconnects).entry(cause).or_insert(0) += 1;
     }
@@ -246,6 +274,21 @@ mod tests {
             stats.snapshot().reconnects,
             [("connection_lost", 2), ("server_ended", 1)]
         );
+    }
+
+    #[test]
+    fn nothing_to_copy_only_for_a_run_that_streamed_without_copying() {
+        let stats = SourceStats::default();
+        assert!(!stats.snapshot().nothing_to_copy(), "not started yet");
+        stats.started(false);
+        stats.set_state(SourceState::Reconnecting, Some("reset".into()));
+        assert!(stats.snapshot().nothing_to_copy());
+        stats.copying();
+        assert!(!stats.snapshot().nothing_to_copy(), "a table copied again");
+        let copying_first = SourceStats::default();
+        copying_first.started(true);
+        copying_first.set_state(SourceState::Streaming, None);
+        assert!(!copying_first.snapshot().nothing_to_copy());
     }
 
     #[test]
