@@ -821,7 +821,10 @@ const KEYLESS_SCHEMA: &str = "
     CREATE TABLE public.log (n int, note text, at date);
     ALTER TABLE public.log REPLICA IDENTITY FULL;
     CREATE TABLE public.kv (k int PRIMARY KEY, v text);
-    INSERT INTO public.log SELECT g % 500, 'note ' || (g % 7), date '2024-01-01' + g % 30
+    INSERT INTO public.log SELECT
+        CASE WHEN g % 13 = 0 THEN NULL ELSE g % 500 END,
+        CASE WHEN g % 17 = 0 THEN NULL ELSE 'note ' || (g % 7) END,
+        CASE WHEN g % 19 = 0 THEN NULL ELSE date '2024-01-01' + g % 30 END
         FROM generate_series(1, 4000) g;
     INSERT INTO public.kv SELECT g, 'v' FROM generate_series(1, 2000) g;
     CREATE TABLE public.hosts (addr inet PRIMARY KEY, seen int);
@@ -834,7 +837,8 @@ const KEYLESS_SCHEMA: &str = "
 const KEYLESS_TABLES: [&str; 3] = ["public.log", "public.kv", "public.hosts"];
 
 /// Writes to a table without a key (duplicate rows: one of them updated or deleted by
-/// `ctid`) and to a keyed one, in the same transactions.
+/// `ctid`; rows with NULLs inserted, updated and deleted, so the old row's NULLs must
+/// match) and to a keyed one, in the same transactions.
 async fn keyless_write_load(client: &tokio_postgres::Client, rounds: usize, pause: Duration) {
     for i in 0..rounds {
         client
@@ -845,6 +849,11 @@ async fn keyless_write_load(client: &tokio_postgres::Client, rounds: usize, paus
                      WHERE ctid = (SELECT ctid FROM public.log WHERE n = {u} LIMIT 1);
                  DELETE FROM public.log
                      WHERE ctid = (SELECT ctid FROM public.log WHERE n = {d} LIMIT 1);
+                 INSERT INTO public.log VALUES (NULL, NULL, NULL);
+                 UPDATE public.log SET note = 'was null'
+                     WHERE ctid = (SELECT ctid FROM public.log WHERE note IS NULL LIMIT 1);
+                 DELETE FROM public.log
+                     WHERE ctid = (SELECT ctid FROM public.log WHERE n IS NULL AND at IS NULL LIMIT 1);
                  UPDATE public.kv SET v = v || 'x' WHERE k = {k};
                  UPDATE public.hosts SET seen = seen + 1 WHERE addr = '10.0.0.{h}';
                  DELETE FROM public.hosts WHERE addr = '10.0.1.{h}';
