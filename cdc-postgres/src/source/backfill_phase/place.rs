@@ -1,0 +1,215 @@
+//! Placing the online snapshot's chunks into the stream: at the anchor between two
+//! transactions, each chunk between its markers, with the table's and the snapshot's
+//! start and completion around them, and what the resume token needs of each.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use cdc_core::{BackfillWindow, ChangeEvent, EventKind, Position, Result, SnapshotMarker};
+use cdc_pgoutput::backfill::merge::{ChunkEnd, Frontier, key_of};
+use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
+
+use super::super::backfill_keys::{key_text, parse_key};
+use super::super::backfill_progress::{ChunkRecord, ChunkRows, Step};
+use super::BackfillPhase;
+use super::rounds::Request;
+use crate::snapshot::ChunkRead;
+
+impl BackfillPhase {
+    /// What goes before a table's next chunk at the anchor: a TRUNCATE of it when its
+    /// copy starts over (then the sink holds nothing of it when the rows come), and its
+    /// `TableStarted` marker before its `first` chunk.
+    ///
+    /// The phase's first table opened is preceded by `SnapshotMarker::Started` (again in
+    /// each run that resumes an unfinished backfill, and for tables added or copied again
+    /// on a live stream), so a sink or a metric sees the backfill begin as it sees a
+    /// consistent snapshot begin.
+    pub(super) fn open_table(
+        &mut self,
+        index: usize,
+        schema: &cdc_core::SchemaRef,
+        first: bool,
+        out: &mut VecDeque<ChangeEvent>,
+    ) {
+        if !self.announced {
+            self.announced = true;
+            let position = self.anchor_position();
+            out.push_back(ChangeEvent {
+                position,
+                kind: EventKind::Snapshot(SnapshotMarker::Started),
+            });
+        }
+        if let Some(at) = self.truncate_first.iter().position(|&t| t == index) {
+            self.truncate_first.swap_remove(at);
+            let position = self.anchor_position();
+            out.push_back(ChangeEvent {
+                position,
+                kind: EventKind::Truncate {
+                    tables: vec![schema.clone()],
+                    cascade: false,
+                    restart_identity: false,
+                },
+            });
+            self.progress.push(Step::Restart {
+                table: index,
+                at: position,
+            });
+        }
+        if first {
+            let position = self.anchor_position();
+            out.push_back(ChangeEvent {
+                position,
+                kind: EventKind::Snapshot(SnapshotMarker::TableStarted(schema.name.clone())),
+            });
+        }
+    }
+
+    /// Puts a chunk's rows at the anchor between its `ChunkStarted` and `ChunkCompleted`
+    /// markers, followed by the table's `TableCompleted { rows: table_rows }` when given,
+    /// and by `SnapshotMarker::Completed` when that was the last table to copy (its
+    /// `consistent_point`: the stream position from which the sink holds every table).
+    /// Returns the rows as the token needs them (their keys, at `key_columns`, kept as
+    /// values) and the position of the last marker.
+    pub(super) fn place_rows(
+        &mut self,
+        schema: &cdc_core::SchemaRef,
+        chunk: u64,
+        rows: Vec<cdc_core::Row>,
+        key_columns: &[usize],
+        table_rows: Option<u64>,
+        out: &mut VecDeque<ChangeEvent>,
+    ) -> (ChunkRows, Position) {
+        let table = &schema.name;
+        // The chunk's rows share a reference of their own (see `SnapshotPhase::pull`).
+        let schema = &std::sync::Arc::new(cdc_core::TableSchema::clone(schema));
+        let position = self.anchor_position();
+        out.push_back(ChangeEvent {
+            position,
+            kind: EventKind::Snapshot(SnapshotMarker::ChunkStarted {
+                table: table.clone(),
+                chunk,
+            }),
+        });
+        let count = rows.len();
+        let key_width = key_columns.len();
+        let mut keys = Vec::with_capacity(count.saturating_mul(key_width));
+        let mut first = None;
+        for row in rows {
+            for &column in key_columns {
+                keys.push(row.get(column).cloned().unwrap_or(cdc_core::Value::Null));
+            }
+            let position = self.anchor_position();
+            first.get_or_insert(position);
+            out.push_back(ChangeEvent {
+                position,
+                kind: EventKind::Insert {
+                    table: schema.clone(),
+                    new: row,
+                },
+            });
+        }
+        let mut end = self.anchor_position();
+        out.push_back(ChangeEvent {
+            position: end,
+            kind: EventKind::Snapshot(SnapshotMarker::ChunkCompleted {
+                table: table.clone(),
+                chunk,
+                rows: count as u64,
+            }),
+        });
+        if let Some(total) = table_rows {
+            end = self.anchor_position();
+            out.push_back(ChangeEvent {
+                position: end,
+                kind: EventKind::Snapshot(SnapshotMarker::TableCompleted {
+                    table: table.clone(),
+                    rows: total,
+                }),
+            });
+            if self.whole.is_none() && self.merge.pending_tables().next().is_none() {
+                end = self.anchor_position();
+                out.push_back(ChangeEvent {
+                    position: end,
+                    kind: EventKind::Snapshot(SnapshotMarker::Completed {
+                        consistent_point: self.merge.processed(),
+                    }),
+                });
+            }
+        }
+        let rows = ChunkRows {
+            first,
+            count,
+            key_width,
+            keys,
+        };
+        (rows, end)
+    }
+
+    /// Places one chunk at the anchor (its snapshot already checked against what the
+    /// stream passed).
+    pub(super) fn place(
+        &mut self,
+        request: &Request,
+        read: ChunkRead,
+        snapshot: XidSnapshot,
+        out: &mut VecDeque<ChangeEvent>,
+    ) -> Result<()> {
+        let index = request.index;
+        let Some(state) = self.merge.tables().get(index) else {
+            return Ok(());
+        };
+        let chunk = state.chunks;
+        let first = state.chunks == 0;
+        let key_columns = state.key_columns.clone();
+        let after = match &state.frontier {
+            Frontier::UpTo(key) => Some(key_text(key)?),
+            _ => None,
+        };
+        let tables = Arc::clone(&self.tables);
+        let Some(table_entry) = self.catalog.get(index).and_then(|&c| tables.get(c)) else {
+            return Ok(());
+        };
+        let schema = table_entry.schema.clone();
+        self.open_table(index, &schema, first, out);
+        let count = read.rows.len();
+        // A range chunk ends at its range's end (rows at its end may have gone since the
+        // boundaries were found); a chunk of the next rows at its last row.
+        let end = match (&request.upto, read.rows.last()) {
+            _ if read.complete => ChunkEnd::TableEnd,
+            (Some(upto), _) => ChunkEnd::Key(parse_key(table_entry, upto)?),
+            (None, Some(last)) => ChunkEnd::Key(key_of(&key_columns, last)?),
+            (None, None) => ChunkEnd::TableEnd,
+        };
+        let upto = match &end {
+            ChunkEnd::Key(key) => Some(key_text(key)?),
+            ChunkEnd::TableEnd => None,
+        };
+        let complete = end == ChunkEnd::TableEnd;
+        // The merge needs only the range and the count; the rows then move into their
+        // events, and only their keys are kept (see `ChunkRows`).
+        self.merge
+            .deliver_range(index, snapshot, read.until, count, end)?;
+        let total = self.merge.tables().get(index).map_or(0, |s| s.rows);
+        let (rows, end) = self.place_rows(
+            &schema,
+            chunk,
+            read.rows,
+            &key_columns,
+            complete.then_some(total),
+            out,
+        );
+        self.progress.push(Step::Chunk(ChunkRecord {
+            table: index,
+            end,
+            rows,
+            window: Some(BackfillWindow {
+                after,
+                upto,
+                snapshot: read.snapshot,
+                until: read.until,
+            }),
+            complete,
+        }));
+        Ok(())
+    }
+}

@@ -1,0 +1,351 @@
+//! Read rounds of the online snapshot: which chunks the readers copy next (one table
+//! each, or consecutive key ranges of one table split among them), reading them in the
+//! background while the stream goes on, and checking each read's snapshot against what
+//! the stream passed before its chunks are placed.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use cdc_core::{ChangeEvent, Error, Result};
+use cdc_pgoutput::backfill::merge::Frontier;
+use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
+use tokio::sync::Notify;
+use tokio_postgres::Client;
+
+use super::super::backfill_keys::key_text;
+use super::{BackfillPhase, RETRY_DELAY};
+use crate::catalog::CatalogTable;
+use crate::conn::connect_sql;
+use crate::snapshot::{ChunkRead, chunk_boundaries, read_chunk};
+
+/// One chunk request of a read round.
+#[derive(Debug)]
+pub(super) struct Request {
+    /// The table's index in the merge.
+    pub(super) index: usize,
+    pub(super) catalog_index: usize,
+    /// The key the chunk continues after (text form; `None`: the table's start).
+    pub(super) after: Option<Vec<String>>,
+    /// The key the chunk ends at (inclusive), when the round split the table among
+    /// several readers; `None`: the next `chunk_rows` rows.
+    pub(super) upto: Option<Vec<String>>,
+}
+
+/// One table's share of a read round: `chunks` consecutive chunks from `after`.
+#[derive(Debug)]
+struct TablePlan {
+    index: usize,
+    catalog_index: usize,
+    after: Option<Vec<String>>,
+    chunks: usize,
+}
+
+/// What a background read round hands back: its connections and each request's result,
+/// a table's chunks together and in key order.
+pub(super) type RoundResult = (Vec<Client>, Vec<(Request, Result<ChunkRead>)>);
+
+impl BackfillPhase {
+    /// The most events one read round places: every reader's chunk and its markers.
+    pub(crate) fn round_events(&self) -> usize {
+        self.options
+            .readers
+            .max(1)
+            .saturating_mul(self.options.chunk_rows.max(1).saturating_add(4))
+    }
+
+    /// Whether the next round may run in the background while the stream goes on (its
+    /// chunks are placed only if no transaction the stream passed in the meantime is
+    /// missing from their snapshots); after a round that failed that check, the next one
+    /// reads with the stream paused.
+    pub(crate) fn optimistic(&self) -> bool {
+        self.optimistic
+    }
+
+    /// Signalled when a background round finishes (the source waits on it with the
+    /// stream).
+    pub(crate) fn round_notify(&self) -> Arc<Notify> {
+        self.round_done.clone()
+    }
+
+    /// Whether the background round has finished and its chunks can be placed now.
+    pub(crate) fn round_ready(&self) -> bool {
+        self.may_place() && self.in_flight.is_some() && self.round_ready.load(Ordering::Acquire)
+    }
+
+    /// Whether chunks may be placed at the current anchor (see `floor`).
+    pub(crate) fn may_place(&self) -> bool {
+        self.floor
+            .is_none_or(|floor| self.merge.processed() > floor.commit_lsn)
+    }
+
+    /// How the round's readers are shared among the pending tables: one each for up to
+    /// `readers` tables; with fewer tables than readers, the rest read further chunks of
+    /// the same tables (consecutive key ranges), so that one large table is read by
+    /// every reader.
+    fn plan_round(&self) -> Result<Vec<TablePlan>> {
+        let readers = self.options.readers.max(1);
+        let pending: Vec<usize> = self.keyed_pending().take(readers).collect();
+        let mut plans = Vec::with_capacity(pending.len());
+        let Some(share) = readers.checked_div(pending.len()) else {
+            return Ok(plans);
+        };
+        let extra = readers % pending.len();
+        for (n, &index) in pending.iter().enumerate() {
+            let (Some(state), Some(&catalog_index)) =
+                (self.merge.tables().get(index), self.catalog.get(index))
+            else {
+                continue;
+            };
+            let after = match &state.frontier {
+                Frontier::UpTo(key) => Some(key_text(key)?),
+                _ => None,
+            };
+            plans.push(TablePlan {
+                index,
+                catalog_index,
+                after,
+                chunks: share + usize::from(n < extra),
+            });
+        }
+        Ok(plans)
+    }
+
+    /// Starts reading the next chunks in the background (see [`Self::plan_round`]).
+    pub(crate) async fn start_round(&mut self) -> Result<()> {
+        let plans = self.plan_round()?;
+        let wanted: usize = plans.iter().map(|p| p.chunks).sum();
+        while self.readers.len() < wanted {
+            match connect_sql(&self.options.connection).await {
+                Ok(client) => self.readers.push(client),
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(error = %e, "cannot open a connection for the online snapshot; retrying");
+                    self.not_before = Some(Instant::now() + RETRY_DELAY * 20);
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let readers = std::mem::take(&mut self.readers);
+        let tables = self.tables.clone();
+        let limit = self.options.chunk_rows.max(1);
+        let in_recovery = self.options.in_recovery;
+        let done = self.round_done.clone();
+        let ready = self.round_ready.clone();
+        ready.store(false, Ordering::Release);
+        self.in_flight = Some(tokio::spawn(async move {
+            let results = read_planned(&readers, &tables, plans, limit, in_recovery).await;
+            // A permit is kept if nobody waits yet, so the wake-up is never lost.
+            ready.store(true, Ordering::Release);
+            done.notify_one();
+            (readers, results)
+        }));
+        Ok(())
+    }
+
+    /// Waits for the background round and places its chunks (at the current anchor: the
+    /// caller is between two transactions).
+    pub(crate) async fn finish_round(&mut self, out: &mut VecDeque<ChangeEvent>) -> Result<()> {
+        let Some(handle) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let (readers, results) = handle
+            .await
+            .map_err(|e| Error::protocol(format!("the snapshot chunk reader failed: {e}")))?;
+        self.readers = readers;
+        let mut retry = false;
+        let mut failed_connection = false;
+        let mut missed = false;
+        // Each table's chunks in key order; a chunk is placed only if every one before it
+        // in the round was (they continue one another).
+        let mut results = results.into_iter().peekable();
+        while let Some((first, read)) = results.next() {
+            let index = first.index;
+            let mut group = vec![(first, read)];
+            while let Some((next, _)) = results.peek() {
+                if next.index != index {
+                    break;
+                }
+                if let Some(item) = results.next() {
+                    group.push(item);
+                }
+            }
+            // The chunks that can go: read without error, continuing the frontier.
+            // A TRUNCATE (or a restart) since the read began moved the table's frontier:
+            // the chunks no longer continue what the sink holds.
+            let frontier = match self.merge.tables().get(index).map(|s| &s.frontier) {
+                Some(Frontier::UpTo(key)) => Some(key_text(key)?),
+                Some(Frontier::NotStarted) => None,
+                _ => {
+                    retry = true;
+                    continue;
+                }
+            };
+            let mut expected_after = frontier;
+            let mut usable = Vec::with_capacity(group.len());
+            for (request, read) in group {
+                let read = match read {
+                    Ok(read) => read,
+                    Err(e) if e.is_transient() => {
+                        tracing::warn!(error = %e, "reading a snapshot chunk failed; retrying");
+                        failed_connection = true;
+                        retry = true;
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                };
+                if request.after != expected_after {
+                    retry = true;
+                    break;
+                }
+                // Checked for every chunk before any is placed: placing one clears the
+                // table's record of what the stream passed before the anchor.
+                let Some(snapshot) = self.snapshot_showing_the_past(index, &read.snapshot)? else {
+                    retry = true;
+                    missed = true;
+                    break;
+                };
+                let complete = read.complete;
+                expected_after = request.upto.clone();
+                usable.push((request, read, snapshot));
+                if complete {
+                    break;
+                }
+            }
+            for (request, read, snapshot) in usable {
+                self.place(&request, read, snapshot, out)?;
+            }
+        }
+        if failed_connection {
+            self.readers.clear();
+        }
+        self.optimistic = !missed;
+        self.not_before = retry.then(|| Instant::now() + RETRY_DELAY);
+        Ok(())
+    }
+
+    /// The snapshot `text` of a read of table `index`, if it shows every transaction
+    /// that touched the table and that the stream passed before the anchor (`None`: the
+    /// read misses one — e.g. a commit still waiting for a synchronous standby — and is
+    /// to be read again).
+    pub(super) fn snapshot_showing_the_past(
+        &self,
+        index: usize,
+        text: &str,
+    ) -> Result<Option<XidSnapshot>> {
+        let snapshot = XidSnapshot::parse(text).map_err(|e| {
+            Error::protocol(format!("the server returned a malformed snapshot: {e}"))
+        })?;
+        let invisible = self.merge.invisible_before_anchor(index, &snapshot);
+        if invisible.is_empty() {
+            return Ok(Some(snapshot));
+        }
+        tracing::debug!(
+            ?invisible,
+            "a snapshot does not yet show transactions the stream passed; reading again"
+        );
+        Ok(None)
+    }
+
+    /// Reads the next chunks with the stream paused, and places those whose snapshot saw
+    /// every transaction the stream already passed. Transient failures are retried
+    /// later; others are returned.
+    pub(crate) async fn read_round(&mut self, out: &mut VecDeque<ChangeEvent>) -> Result<()> {
+        self.start_round().await?;
+        self.finish_round(out).await
+    }
+}
+
+/// Reads the chunks `plans` ask for, each on its own connection of `readers` (a table's
+/// readers side by side): a table shared by several readers first has its range split at
+/// the ends of its next chunks, then each reader copies one range. Results come a table's
+/// chunks together, in key order; a table whose split failed reports that as its first
+/// chunk's result.
+async fn read_planned(
+    readers: &[Client],
+    tables: &[CatalogTable],
+    plans: Vec<TablePlan>,
+    limit: usize,
+    in_recovery: bool,
+) -> Vec<(Request, Result<ChunkRead>)> {
+    let mut failed = Vec::new();
+    let mut requests = Vec::new();
+    let mut next_reader = 0usize;
+    // The splits of all shared tables run at once, each on its table's first reader.
+    let splits = futures::future::join_all(plans.into_iter().map(|plan| {
+        let client = readers.get(next_reader);
+        next_reader += plan.chunks;
+        let table = tables.get(plan.catalog_index);
+        async move {
+            let ends = match (client, table) {
+                (_, _) if plan.chunks <= 1 => Ok(Vec::new()),
+                (Some(client), Some(table)) => {
+                    chunk_boundaries(client, table, plan.after.as_deref(), limit, plan.chunks - 1)
+                        .await
+                }
+                _ => Err(Error::protocol(
+                    "internal: a chunk without a reader or table",
+                )),
+            };
+            (plan, ends)
+        }
+    }))
+    .await;
+    for (plan, ends) in splits {
+        match ends {
+            Ok(ends) => {
+                let mut after = plan.after;
+                for end in ends {
+                    requests.push(Request {
+                        index: plan.index,
+                        catalog_index: plan.catalog_index,
+                        after: after.clone(),
+                        upto: Some(end.clone()),
+                    });
+                    after = Some(end);
+                }
+                // The last chunk of the round: the next rows, however far they reach (and
+                // the table's end when they are fewer than a chunk).
+                requests.push(Request {
+                    index: plan.index,
+                    catalog_index: plan.catalog_index,
+                    after,
+                    upto: None,
+                });
+            }
+            Err(e) => failed.push((
+                Request {
+                    index: plan.index,
+                    catalog_index: plan.catalog_index,
+                    after: plan.after,
+                    upto: None,
+                },
+                Err(e),
+            )),
+        }
+    }
+    let reads = futures::future::join_all(requests.iter().zip(readers).map(|(request, client)| {
+        let table = tables.get(request.catalog_index);
+        async move {
+            match table {
+                Some(table) => {
+                    read_chunk(
+                        client,
+                        table,
+                        request.after.as_deref(),
+                        request.upto.as_deref(),
+                        limit,
+                        in_recovery,
+                    )
+                    .await
+                }
+                None => Err(Error::protocol("internal: chunk of an unknown table")),
+            }
+        }
+    }))
+    .await;
+    let mut results: Vec<(Request, Result<ChunkRead>)> = requests.into_iter().zip(reads).collect();
+    results.extend(failed);
+    results
+}
