@@ -21,7 +21,7 @@ pub mod status_schedule;
 pub mod timestamp;
 mod writer;
 
-pub use bytes_view::BytesView;
+pub use bytes_view::{ByteBlocks, BytesView};
 pub use error::{DecodeError, DecodeProblem, EncodeError, MessageKind};
 pub use receive_deadline::{ReceiveDeadline, effective_receive_timeout};
 pub use status_schedule::{StatusConfig, StatusReport, StatusSchedule, effective_status_interval};

@@ -3,6 +3,7 @@
 //! just after it (what the merge needs to place the chunk in the stream).
 
 use cdc_core::{Error, Lsn, Row, quote_identifier};
+use cdc_pgoutput::protocol::ByteBlocks;
 use futures::StreamExt;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
@@ -302,12 +303,13 @@ async fn read_copy(
 ) -> Result<Vec<Row>, Error> {
     futures::pin_mut!(stream);
     let mut decoder = CopyBinaryDecoder::new(Some(table.column_types.len()));
+    let mut blocks = ByteBlocks::new();
     // Sized for the whole chunk up front: growing a vector of rows copies it each time.
     let mut rows = Vec::with_capacity(limit.min(1 << 16));
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(sql_error(context))?;
         decoder.feed(&chunk);
-        while let Some(row) = next_decoded_row(&mut decoder, table, context)? {
+        while let Some(row) = next_decoded_row(&mut decoder, table, context, &mut blocks)? {
             rows.push(row);
         }
     }

@@ -7,6 +7,7 @@
 //! those efficiently). Rows go to the consumer through a bounded channel, so a slow sink
 //! holds the copy back instead of memory growing.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
@@ -20,7 +21,7 @@ use super::copy_binary::{CopyBinaryDecoder, FieldSpan, field};
 use crate::catalog::{CatalogTable, decodes_from_binary};
 use crate::conn::error::{Activity, from_tokio_postgres};
 use crate::conn::{ConnectionConfig, connect_sql};
-use cdc_pgoutput::protocol::BytesView;
+use cdc_pgoutput::protocol::{ByteBlocks, BytesView};
 use cdc_pgoutput::types::{self, TypeInfo};
 
 /// Rows sent to the consumer per message.
@@ -262,12 +263,13 @@ async fn copy_item(
         .map_err(sql_error(&context))?;
     futures::pin_mut!(stream);
     let mut decoder = CopyBinaryDecoder::new(Some(table.column_types.len()));
+    let mut blocks = ByteBlocks::new();
     let mut rows = Vec::with_capacity(ROWS_PER_MESSAGE);
     let mut count = 0u64;
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(sql_error(&context))?;
         decoder.feed(&chunk);
-        while let Some(row) = next_decoded_row(&mut decoder, table, &context)? {
+        while let Some(row) = next_decoded_row(&mut decoder, table, &context, &mut blocks)? {
             rows.push(row);
             count += 1;
             if rows.len() >= ROWS_PER_MESSAGE {
@@ -303,13 +305,17 @@ async fn copy_item(
 
 /// The next complete row of `decoder` decoded as a row of `table` (`Ok(None)`: more bytes
 /// are needed, or the data ended); errors name `context`.
+/// Values that keep bytes (text, `bytea`, JSON, …) get their copies from `blocks`.
 pub(super) fn next_decoded_row(
     decoder: &mut CopyBinaryDecoder,
     table: &CatalogTable,
     context: &str,
+    blocks: &mut ByteBlocks,
 ) -> Result<Option<Row>, Error> {
     decoder
-        .next_row_with(|bytes, spans| decode_fields(table, &table.column_types, bytes, spans))
+        .next_row_with(|bytes, spans| {
+            decode_fields(table, &table.column_types, bytes, spans, blocks)
+        })
         .map_err(|e| Error::protocol(format!("{context}: {e}")))?
         .transpose()
 }
@@ -321,14 +327,30 @@ fn decode_fields(
     types: &[TypeInfo],
     row_bytes: &[u8],
     spans: &[Option<FieldSpan>],
+    blocks: &mut ByteBlocks,
+) -> Result<Row, Error> {
+    // Lent to the views for this row (moving the blocks in and out costs nothing).
+    let cell = RefCell::new(std::mem::take(blocks));
+    let row = decode_fields_into(table, types, row_bytes, spans, &cell);
+    *blocks = cell.into_inner();
+    row
+}
+
+fn decode_fields_into(
+    table: &CatalogTable,
+    types: &[TypeInfo],
+    row_bytes: &[u8],
+    spans: &[Option<FieldSpan>],
+    blocks: &RefCell<ByteBlocks>,
 ) -> Result<Row, Error> {
     let mut row = Vec::with_capacity(spans.len());
     for (index, (span, ty)) in spans.iter().zip(types).enumerate() {
         row.push(match span {
             None => Value::Null,
             Some(span) => {
-                // Not shared with the receive buffer: see `BytesView::copied`.
-                let data = BytesView::copied(field(row_bytes, *span));
+                // Not shared with the receive buffer (see `BytesView::copied`); kept
+                // bytes are copied into shared blocks (see `ByteBlocks`).
+                let data = BytesView::copied_into(field(row_bytes, *span), blocks);
                 if decodes_from_binary(ty) {
                     types::decode_binary_view(ty, data)
                 } else {

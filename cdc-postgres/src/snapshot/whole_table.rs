@@ -11,6 +11,7 @@
 //! table's copy (not idle: it is reading).
 
 use cdc_core::{Error, Lsn, Row};
+use cdc_pgoutput::protocol::ByteBlocks;
 use futures::StreamExt;
 use tokio_postgres::{Client, CopyOutStream};
 
@@ -24,6 +25,8 @@ pub struct WholeTableRead {
     client: Client,
     stream: std::pin::Pin<Box<CopyOutStream>>,
     decoder: CopyBinaryDecoder,
+    /// Where the rows' kept bytes are copied.
+    blocks: ByteBlocks,
     context: String,
     ended: bool,
 }
@@ -78,6 +81,7 @@ impl WholeTableRead {
                 client,
                 stream: Box::pin(stream),
                 decoder: CopyBinaryDecoder::new(Some(table.column_types.len())),
+                blocks: ByteBlocks::new(),
                 context,
                 ended: false,
             },
@@ -96,7 +100,7 @@ impl WholeTableRead {
         let mut rows = Vec::with_capacity(limit.min(1 << 16));
         loop {
             while rows.len() < limit {
-                match next_decoded_row(&mut self.decoder, table, &self.context)? {
+                match next_decoded_row(&mut self.decoder, table, &self.context, &mut self.blocks)? {
                     Some(row) => rows.push(row),
                     None => break,
                 }
