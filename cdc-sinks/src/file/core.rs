@@ -38,21 +38,17 @@ struct Outputs {
     framing: Framing,
     files: BTreeMap<String, Output>,
     names: HashMap<TableName, String>,
+    /// The table of the last [`FrameSet::frame`] call and its file's name: consecutive
+    /// events of one table find their output without hashing or copying its name.
+    last: Option<(TableName, String)>,
     /// A data file was created since the directory was last synced.
     created: bool,
 }
 
 impl Outputs {
     /// The output `name`, added (with its file not yet created) if new.
-    fn output(&mut self, name: &str) -> &mut Output {
-        let (dir, framing) = (&self.dir, self.framing);
-        self.files.entry(name.to_owned()).or_insert_with(|| Output {
-            file: None,
-            path: dir.join(name),
-            len: 0,
-            dirty: false,
-            frame: Frame::new(framing),
-        })
+    fn output(&mut self, name: &str) -> Result<&mut Output, Error> {
+        output_in(&mut self.files, &self.dir, self.framing, name)
     }
 
     /// Current length of each file including bytes not yet written out.
@@ -100,20 +96,52 @@ impl Outputs {
     }
 }
 
+/// The output `name` of `files`, added (with its file not yet created) if new. Called for
+/// every event: the name is copied only when the output is new.
+fn output_in<'a>(
+    files: &'a mut BTreeMap<String, Output>,
+    dir: &Path,
+    framing: Framing,
+    name: &str,
+) -> Result<&'a mut Output, Error> {
+    if !files.contains_key(name) {
+        let output = Output {
+            file: None,
+            path: dir.join(name),
+            len: 0,
+            dirty: false,
+            frame: Frame::new(framing),
+        };
+        files.insert(name.to_owned(), output);
+    }
+    files
+        .get_mut(name)
+        .ok_or_else(|| Error::sink(format!("internal: the output {name} is missing")))
+}
+
 impl FrameSet for Outputs {
     fn frame(&mut self, table: &TableName) -> Result<&mut Frame, Error> {
         let name = match self.layout {
-            FileLayout::Multiplexed => MULTIPLEXED_FILE.to_owned(),
-            FileLayout::PerTable => match self.names.get(table) {
-                Some(n) => n.clone(),
-                None => {
-                    let n = table_file_name(table);
-                    self.names.insert(table.clone(), n.clone());
-                    n
+            FileLayout::Multiplexed => MULTIPLEXED_FILE,
+            FileLayout::PerTable => {
+                if self.last.as_ref().is_none_or(|(last, _)| last != table) {
+                    let name = match self.names.get(table) {
+                        Some(n) => n.clone(),
+                        None => {
+                            let n = table_file_name(table);
+                            self.names.insert(table.clone(), n.clone());
+                            n
+                        }
+                    };
+                    self.last = Some((table.clone(), name));
                 }
-            },
+                self.last
+                    .as_ref()
+                    .map(|(_, n)| n.as_str())
+                    .ok_or_else(|| Error::sink("internal: no output for the table"))?
+            }
         };
-        Ok(&mut self.output(&name).frame)
+        Ok(&mut output_in(&mut self.files, &self.dir, self.framing, name)?.frame)
     }
 
     fn end_transaction(&mut self) {
@@ -188,6 +216,7 @@ impl Core {
             framing: options.framing,
             files: BTreeMap::new(),
             names: HashMap::new(),
+            last: None,
             created: false,
         };
         // Created after the checkpoint: the name was recorded before the file was
@@ -234,7 +263,7 @@ impl Core {
                     .and_then(|()| file.sync_all())
                     .map_err(|e| io_error("truncating", &path, e))?;
             }
-            let out = outputs.output(name);
+            let out = outputs.output(name)?;
             out.file = Some(file);
             out.len = len;
         }
@@ -356,7 +385,7 @@ impl Core {
             let path = self.outputs.dir.join(&name);
             match no_follow::create_new(&path) {
                 Ok(file) => {
-                    self.outputs.output(&name).file = Some(file);
+                    self.outputs.output(&name)?.file = Some(file);
                     self.outputs.created = true;
                 }
                 Err(e) => {
