@@ -702,26 +702,43 @@ async fn walsender_terminated_during_the_snapshot_the_same_run_continues() {
     let cluster = Cluster::new().await.unwrap();
     cluster.execute(SCHEMA).await.unwrap();
     let handle = MemoryHandle::default();
-    let mut running = spawn(online(&cluster, &TABLES, 100), &handle);
+    // Small chunks, so the backfill outlasts several kills.
+    let mut running = spawn(online(&cluster, &TABLES, 20), &handle);
     let client = cluster.connect("postgres").await.unwrap();
-    for i in 0..6 {
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    let mut kills_during_backfill = 0;
+    for i in 0..12 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
         client
             .batch_execute(&format!(
                 "UPDATE public.items SET qty = qty + 1 WHERE id % 50 = {i};
                  UPDATE public.items SET id = id + 300000 WHERE id = {};",
-                100 + i * 997
+                100 + i * 497
             ))
             .await
             .unwrap();
-        cluster.terminate_walsenders().await.unwrap();
+        let completed = handle.changes().iter().any(|e| {
+            matches!(
+                e.kind,
+                EventKind::Snapshot(SnapshotMarker::Completed { .. })
+            )
+        });
+        if cluster.terminate_walsenders().await.unwrap() >= 1 && !completed {
+            kills_during_backfill += 1;
+        }
     }
+    assert!(
+        kills_during_backfill >= 2,
+        "the backfill ended before the walsender was killed twice ({kills_during_backfill})"
+    );
     running
         .wait_for_equal(&cluster, &handle, &TABLES, Duration::from_secs(120))
         .await;
+    wait_for_snapshot_completed(&handle, 0).await;
     running.stop().await;
     assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
     assert!(handle.duplicate_positions().is_empty());
+    // Reconnects within the run continue the backfill: it is announced once.
+    assert_backfill_announced_once(&handle.changes());
 }
 
 /// A chunk is delivered whole and ends its batch (with its table's completion when it is

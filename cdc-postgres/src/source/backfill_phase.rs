@@ -84,9 +84,9 @@ pub(crate) struct BackfillPhase {
     round_ready: Arc<AtomicBool>,
     /// A table without a primary key being read whole (the stream waits meanwhile).
     whole: Option<whole::WholeCopy>,
-    /// Whether this phase put its `SnapshotMarker::Started` out yet (before its first
-    /// placed row or marker).
-    announced: bool,
+    /// Where this backfill's `SnapshotMarker::Started` went (before its first placed row
+    /// or marker), once it did; kept by a new session when it was handed out.
+    announced: Option<Position>,
 }
 
 impl BackfillPhase {
@@ -189,7 +189,7 @@ impl BackfillPhase {
             round_done: Arc::new(Notify::new()),
             round_ready: Arc::new(AtomicBool::new(false)),
             whole: None,
-            announced: false,
+            announced: None,
         })
     }
 
@@ -219,6 +219,11 @@ impl BackfillPhase {
                 phase.restart(&state.table)?;
             }
         }
+        // The same backfill goes on: announced again only if its `Started` marker was
+        // lost with the queue (not yet handed out).
+        phase.announced = self
+            .announced
+            .filter(|&at| after.is_some_and(|handed_out| at <= handed_out));
         Ok(phase)
     }
 

@@ -31,9 +31,9 @@ impl BackfillPhase {
         first: bool,
         out: &mut VecDeque<ChangeEvent>,
     ) {
-        if !self.announced {
-            self.announced = true;
+        if self.announced.is_none() {
             let position = self.anchor_position();
+            self.announced = Some(position);
             out.push_back(ChangeEvent {
                 position,
                 kind: EventKind::Snapshot(SnapshotMarker::Started),
