@@ -7,7 +7,7 @@ use cdc_pgoutput::protocol::ByteBlocks;
 use futures::StreamExt;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
-use super::copy::{columns_for_copy, next_decoded_row, sql_error};
+use super::copy::{check_ended, columns_for_copy, next_decoded_row, sql_error};
 use super::copy_binary::CopyBinaryDecoder;
 use crate::catalog::CatalogTable;
 
@@ -313,11 +313,7 @@ async fn read_copy(
             rows.push(row);
         }
     }
-    if !decoder.is_done() || decoder.has_pending_bytes() {
-        return Err(Error::protocol(format!(
-            "{context}: the COPY data ended without its trailer"
-        )));
-    }
+    check_ended(&decoder, context)?;
     Ok(rows)
 }
 

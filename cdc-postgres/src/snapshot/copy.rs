@@ -287,11 +287,7 @@ async fn copy_item(
             }
         }
     }
-    if !decoder.is_done() || decoder.has_pending_bytes() {
-        return Err(Error::protocol(format!(
-            "{context}: the COPY data ended without its trailer"
-        )));
-    }
+    check_ended(&decoder, &context)?;
     if !rows.is_empty() {
         let _ = tx
             .send(CopyMessage::Rows {
@@ -304,8 +300,8 @@ async fn copy_item(
 }
 
 /// The next complete row of `decoder` decoded as a row of `table` (`Ok(None)`: more bytes
-/// are needed, or the data ended); errors name `context`.
-/// Values that keep bytes (text, `bytea`, JSON, …) get their copies from `blocks`.
+/// are needed, or the data ended); errors name `context`. Values that keep bytes (text,
+/// `bytea`, JSON, …) get their copies from `blocks`.
 pub(super) fn next_decoded_row(
     decoder: &mut CopyBinaryDecoder,
     table: &CatalogTable,
@@ -320,6 +316,17 @@ pub(super) fn next_decoded_row(
         .transpose()
 }
 
+/// Fails unless `decoder` saw the COPY data's trailer and nothing after it (data cut
+/// short, or garbage behind it); errors name `context`.
+pub(super) fn check_ended(decoder: &CopyBinaryDecoder, context: &str) -> Result<(), Error> {
+    if !decoder.is_done() || decoder.has_pending_bytes() {
+        return Err(Error::protocol(format!(
+            "{context}: the COPY data ended without its trailer"
+        )));
+    }
+    Ok(())
+}
+
 /// One COPY row (as [`columns_for_copy`] selected it; its bytes and field spans, see
 /// [`CopyBinaryDecoder::next_row_with`]) as a row of `table`.
 fn decode_fields(
@@ -329,7 +336,9 @@ fn decode_fields(
     spans: &[Option<FieldSpan>],
     blocks: &mut ByteBlocks,
 ) -> Result<Row, Error> {
-    // Lent to the views for this row (moving the blocks in and out costs nothing).
+    // Lent to the views for this row only: a `RefCell` kept in a reader (the whole-table
+    // read lives in the source) would make the source not `Sync`. Moving the blocks in
+    // and out costs nothing.
     let cell = RefCell::new(std::mem::take(blocks));
     let row = decode_fields_into(table, types, row_bytes, spans, &cell);
     *blocks = cell.into_inner();

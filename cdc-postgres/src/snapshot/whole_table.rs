@@ -16,7 +16,7 @@ use futures::StreamExt;
 use tokio_postgres::{Client, CopyOutStream};
 
 use super::chunk::begin_with_snapshot;
-use super::copy::{columns_for_copy, next_decoded_row, sql_error};
+use super::copy::{check_ended, columns_for_copy, next_decoded_row, sql_error};
 use super::copy_binary::CopyBinaryDecoder;
 use crate::catalog::CatalogTable;
 
@@ -114,12 +114,7 @@ impl WholeTableRead {
                     self.decoder.feed(&chunk);
                 }
                 None => {
-                    if !self.decoder.is_done() || self.decoder.has_pending_bytes() {
-                        return Err(Error::protocol(format!(
-                            "{}: the COPY data ended without its trailer",
-                            self.context
-                        )));
-                    }
+                    check_ended(&self.decoder, &self.context)?;
                     self.client
                         .batch_execute("COMMIT")
                         .await

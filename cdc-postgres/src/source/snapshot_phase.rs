@@ -155,14 +155,7 @@ impl SnapshotPhase {
         match message {
             CopyMessage::Rows { table, rows } => {
                 self.start_table(table, out);
-                // A reference of its own for these rows: every row's clone here and drop
-                // in the sink then counts on a line no other batch's rows share (one
-                // shared count, bumped here and dropped on the sink's thread at once,
-                // bounces between the cores).
-                let Some(schema) = self
-                    .tables
-                    .get(table)
-                    .map(|t| std::sync::Arc::new(cdc_core::TableSchema::clone(&t.schema)))
+                let Some(schema) = self.tables.get(table).map(|t| schema_for_rows(&t.schema))
                 else {
                     return Err(Error::protocol(
                         "internal: rows for an unknown snapshot table",
@@ -200,4 +193,12 @@ impl SnapshotPhase {
         }
         Ok(())
     }
+}
+
+/// A reference of its own to `schema` for one batch of snapshot rows (a COPY message, a
+/// chunk). Every row clones it where it is made and drops it on the sink's thread; with
+/// one reference for all rows, both threads would bump one count at once and its cache
+/// line would bounce between the cores.
+pub(super) fn schema_for_rows(schema: &cdc_core::TableSchema) -> cdc_core::SchemaRef {
+    std::sync::Arc::new(schema.clone())
 }

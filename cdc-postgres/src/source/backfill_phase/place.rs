@@ -80,8 +80,7 @@ impl BackfillPhase {
         out: &mut VecDeque<ChangeEvent>,
     ) -> (ChunkRows, Position) {
         let table = &schema.name;
-        // The chunk's rows share a reference of their own (see `SnapshotPhase::pull`).
-        let schema = &std::sync::Arc::new(cdc_core::TableSchema::clone(schema));
+        let schema = &super::super::snapshot_phase::schema_for_rows(schema);
         let position = self.anchor_position();
         out.push_back(ChangeEvent {
             position,
@@ -126,7 +125,7 @@ impl BackfillPhase {
                     rows: total,
                 }),
             });
-            if self.whole.is_none() && self.merge.pending_tables().next().is_none() {
+            if !self.copies() {
                 end = self.anchor_position();
                 out.push_back(ChangeEvent {
                     position: end,
