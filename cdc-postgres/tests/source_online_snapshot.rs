@@ -244,6 +244,81 @@ async fn readers_sharing_a_table_under_concurrent_writes_equal_select() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_range_that_grows_after_its_end_was_found_is_cut_at_its_cap() {
+    // Keys 1000 apart, chunks of 10, two readers: the ends of a round's ranges are found
+    // while the round before it reads. The sink holds its acknowledgements, so the
+    // pipeline stops reading and the source waits with those ends found; then inserts
+    // into every gap make each range ahead several times a chunk.
+    let cluster = Cluster::new().await.unwrap();
+    cluster
+        .execute(
+            "CREATE TABLE public.spread (id int PRIMARY KEY, v text);
+             INSERT INTO public.spread SELECT g * 1000, 'seed' FROM generate_series(1, 3000) g;
+             CREATE PUBLICATION pub FOR TABLE public.spread;",
+        )
+        .await
+        .unwrap();
+    let tables = ["public.spread"];
+    let chunk = 10u64;
+    let handle = MemoryHandle::new(cdc_sinks::memory::MemorySinkOptions {
+        async_writes: true,
+        async_checkpoints: true,
+        ..Default::default()
+    });
+    let mut options = online(&cluster, &tables, chunk as usize);
+    options.snapshot_workers = 2;
+    let mut running = spawn(options, &handle);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while chunk_rows(&handle).1 < 10 {
+        assert!(std::time::Instant::now() < deadline, "no chunk arrived");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Long enough for the source to fill the pipeline and wait.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster
+        .execute(
+            "INSERT INTO public.spread SELECT g * 1000 + 1 + g % 7 * 100 + s, 'burst'
+             FROM generate_series(1, 3000) g, generate_series(1, 3) s",
+        )
+        .await
+        .unwrap();
+    let acks = {
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            loop {
+                handle.complete_pending_writes();
+                handle.complete_pending_checkpoints();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    running
+        .wait_for_equal(&cluster, &handle, &tables, Duration::from_secs(120))
+        .await;
+    acks.abort();
+    handle.complete_pending_writes();
+    handle.complete_pending_checkpoints();
+    running.stop().await;
+    assert_no_position_twice_and_no_anomaly(&handle);
+    let sizes: Vec<u64> = handle
+        .changes()
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Snapshot(SnapshotMarker::ChunkCompleted { rows, .. }) => Some(rows),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        sizes.iter().all(|&rows| rows <= 2 * chunk),
+        "every chunk within its cap: {sizes:?}"
+    );
+    assert!(
+        sizes.contains(&(2 * chunk)),
+        "some range grew past its cap and was cut there: {sizes:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn online_snapshot_continues_after_restarts_without_copying_done_chunks_again() {
     let cluster = Cluster::new().await.unwrap();
     cluster.execute(SCHEMA).await.unwrap();

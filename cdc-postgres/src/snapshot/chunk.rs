@@ -24,6 +24,17 @@ pub struct ChunkRead {
     /// The read reached the end of the table (fewer rows than the limit; never for a read
     /// up to a given key).
     pub complete: bool,
+    /// A read up to a given key stopped at its cap ([`range_cap`] rows) before the key:
+    /// rows went into the range after its end was found. The chunk then ends at its last
+    /// row, and the rest of the range is left to the next chunk.
+    pub cut_short: bool,
+}
+
+/// The most rows a read up to a given key returns: twice the chunk size, so that a
+/// range that grew after its end was found (inserts, keys moved into it) still costs
+/// bounded memory, while a range of its usual size is never cut.
+pub fn range_cap(limit: usize) -> usize {
+    limit.max(1).saturating_mul(2)
 }
 
 /// A SQL string literal holding `text`, correct whatever `standard_conforming_strings` is.
@@ -112,7 +123,7 @@ impl<'a> KeyQuery<'a> {
 
 /// The `SELECT` of one chunk: the rows of `table` whose primary key is after `after` (each
 /// key column's Postgres text form), in key order — up to and including `upto` when given
-/// (every row of that range, however many), else at most `limit`.
+/// (at most [`range_cap`] of them), else at most `limit`.
 pub fn chunk_query(
     table: &CatalogTable,
     after: Option<&[String]>,
@@ -128,15 +139,20 @@ pub fn chunk_query(
         query.range(after, upto)?,
         query.key_columns
     );
-    if upto.is_none() {
-        select.push_str(&format!(" LIMIT {limit}"));
-    }
+    let cap = if upto.is_some() {
+        range_cap(limit)
+    } else {
+        limit
+    };
+    select.push_str(&format!(" LIMIT {cap}"));
     Ok(select)
 }
 
 /// The query for where the chunk of `limit` rows after `after` ends: the key of the
 /// `limit`-th row (its key columns as text), none when fewer rows remain. An index-only
-/// scan of `limit` keys (a window function numbering them cost five times as much).
+/// scan of `limit` keys (a window function numbering them cost five times as much); the
+/// text form is taken outside it, of the one row found, because the rows skipped by
+/// `OFFSET` are projected too (a third of the query's cost on an integer key).
 pub fn boundary_query(
     table: &CatalogTable,
     after: Option<&[String]>,
@@ -147,14 +163,12 @@ pub fn boundary_query(
         .schema
         .primary_key
         .iter()
-        .enumerate()
-        // Named apart from the key columns: `ORDER BY aid` would otherwise sort by the
-        // output column `aid::text`, in text order.
-        .map(|(i, c)| format!("{}::text AS pgcdc_key_{i}", quote_identifier(c)))
+        .map(|c| format!("pgcdc_end.{}::text", quote_identifier(c)))
         .collect();
     Ok(format!(
-        "SELECT {} FROM {}{}{} ORDER BY {} OFFSET {} LIMIT 1",
+        "SELECT {} FROM (SELECT {} FROM {}{}{} ORDER BY {} OFFSET {} LIMIT 1) AS pgcdc_end",
         texts.join(", "),
+        query.key_columns,
         query.only,
         table.schema.name,
         query.range(after, None)?,
@@ -203,7 +217,8 @@ pub async fn chunk_boundaries(
 
 /// Reads one chunk of `table` on `client` (an idle connection; the read is one short
 /// `REPEATABLE READ` transaction): the rows after `after`, up to `upto` when given (then
-/// `complete` is false), else at most `limit`. `in_recovery`: the server is a standby.
+/// `complete` is false, and at most [`range_cap`] rows are read), else at most `limit`.
+/// `in_recovery`: the server is a standby.
 pub async fn read_chunk(
     client: &Client,
     table: &CatalogTable,
@@ -235,18 +250,20 @@ pub async fn read_chunk(
     // The COMMIT ends the transaction whatever the read found (it only read; after an
     // error it rolls back); the server takes it once the COPY's rows are sent.
     let (rows, ended) = futures::future::join(
-        read_copy(stream, table, limit, &context),
+        read_copy(stream, table, limit.min(1 << 16), &context),
         client.batch_execute("COMMIT"),
     )
     .await;
     let rows = rows?;
     ended.map_err(sql_error(&context))?;
     let complete = upto.is_none() && rows.len() < limit;
+    let cut_short = upto.is_some() && rows.len() >= range_cap(limit);
     Ok(ChunkRead {
         snapshot,
         until,
         rows,
         complete,
+        cut_short,
     })
 }
 
@@ -294,18 +311,18 @@ pub(super) async fn begin_with_snapshot(
     Ok((snapshot.to_owned(), until))
 }
 
-/// The rows of a chunk's COPY, at most `limit` expected (the vector is sized for them).
+/// The rows of a chunk's COPY, `expected` of them usually (the vector is sized for them).
 async fn read_copy(
     stream: tokio_postgres::CopyOutStream,
     table: &CatalogTable,
-    limit: usize,
+    expected: usize,
     context: &str,
 ) -> Result<Vec<Row>, Error> {
     futures::pin_mut!(stream);
     let mut decoder = CopyBinaryDecoder::new(Some(table.column_types.len()));
     let mut blocks = ByteBlocks::new();
     // Sized for the whole chunk up front: growing a vector of rows copies it each time.
-    let mut rows = Vec::with_capacity(limit.min(1 << 16));
+    let mut rows = Vec::with_capacity(expected);
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(sql_error(context))?;
         decoder.feed(&chunk);

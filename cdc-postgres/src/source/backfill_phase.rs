@@ -30,7 +30,7 @@ mod place;
 mod rounds;
 mod whole;
 
-use rounds::RoundResult;
+use rounds::{RoundResult, Splits};
 
 /// Ordinals of snapshot rows and markers start here, above any ordinal a transaction's
 /// own events can have, so that rows placed between two transactions order after the
@@ -61,6 +61,10 @@ pub(crate) struct BackfillPhase {
     tables: Arc<Vec<CatalogTable>>,
     options: BackfillOptions,
     readers: Vec<Client>,
+    /// The connection that finds the ends of the next round's chunks while a round reads.
+    planner: Option<Client>,
+    /// The ends found for the next round's chunks of tables shared by several readers.
+    splits: Vec<Splits>,
     /// Where the previous anchor put its rows, and the next ordinal there.
     anchor_lsn: Lsn,
     next_ordinal: u64,
@@ -178,6 +182,8 @@ impl BackfillPhase {
             tables: catalog_tables,
             options,
             readers: Vec::new(),
+            planner: None,
+            splits: Vec::new(),
             anchor_lsn,
             next_ordinal,
             progress: CoveredProgress::new(covered),

@@ -172,9 +172,11 @@ impl BackfillPhase {
         self.open_table(index, &schema, first, out);
         let count = read.rows.len();
         // A range chunk ends at its range's end (rows at its end may have gone since the
-        // boundaries were found); a chunk of the next rows at its last row.
+        // boundaries were found), unless it was cut short at its cap; a chunk of the next
+        // rows at its last row.
         let end = match (&request.upto, read.rows.last()) {
             _ if read.complete => ChunkEnd::TableEnd,
+            (Some(_), Some(last)) if read.cut_short => ChunkEnd::Key(key_of(&key_columns, last)?),
             (Some(upto), _) => ChunkEnd::Key(parse_key(table_entry, upto)?),
             (None, Some(last)) => ChunkEnd::Key(key_of(&key_columns, last)?),
             (None, None) => ChunkEnd::TableEnd,

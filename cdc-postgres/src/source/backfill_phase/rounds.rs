@@ -33,18 +33,59 @@ pub(super) struct Request {
     pub(super) upto: Option<Vec<String>>,
 }
 
-/// One table's share of a read round: `chunks` consecutive chunks from `after`.
+/// One table's share of a read round: `chunks` consecutive chunks from `after`, split
+/// at `ends` when they were found ahead.
 #[derive(Debug)]
 struct TablePlan {
     index: usize,
     catalog_index: usize,
     after: Option<Vec<String>>,
     chunks: usize,
+    ends: Option<Vec<Vec<String>>>,
 }
 
-/// What a background read round hands back: its connections and each request's result,
-/// a table's chunks together and in key order.
-pub(super) type RoundResult = (Vec<Client>, Vec<(Request, Result<ChunkRead>)>);
+/// Split keys found ahead for a table shared by several readers: the ends of its next
+/// chunks after `after` (text form of each key). `exhausted`: fewer rows than another
+/// chunk follow the last end (the table's end is near).
+#[derive(Debug)]
+pub(super) struct Splits {
+    index: usize,
+    after: Option<Vec<String>>,
+    ends: Vec<Vec<String>>,
+    exhausted: bool,
+}
+
+impl Splits {
+    /// The ends for `chunks` chunks of a table now at `after`, if these splits were
+    /// found from there and reach far enough (any key splits a range soundly, however
+    /// the table changed since; a range that grew is cut at its cap).
+    fn ends_for(
+        self,
+        index: usize,
+        after: &Option<Vec<String>>,
+        chunks: usize,
+    ) -> Option<Vec<Vec<String>>> {
+        if self.index != index || &self.after != after {
+            return None;
+        }
+        if self.ends.len() < chunks && !self.exhausted {
+            return None;
+        }
+        let mut ends = self.ends;
+        ends.truncate(chunks);
+        Some(ends)
+    }
+}
+
+/// What a background read round hands back: its connections, each request's result (a
+/// table's chunks together and in key order), and the splits found for the next round.
+#[derive(Debug)]
+pub(super) struct RoundResult {
+    readers: Vec<Client>,
+    planner: Option<Client>,
+    results: Vec<(Request, Result<ChunkRead>)>,
+    next_splits: Vec<Splits>,
+}
 
 impl BackfillPhase {
     /// The most events one read round places: every reader's chunk and its markers.
@@ -84,7 +125,7 @@ impl BackfillPhase {
     /// `readers` tables; with fewer tables than readers, the rest read further chunks of
     /// the same tables (consecutive key ranges), so that one large table is read by
     /// every reader.
-    fn plan_round(&self) -> Result<Vec<TablePlan>> {
+    fn plan_round(&mut self) -> Result<Vec<TablePlan>> {
         let readers = self.options.readers.max(1);
         let pending: Vec<usize> = self.keyed_pending().take(readers).collect();
         let mut plans = Vec::with_capacity(pending.len());
@@ -102,13 +143,22 @@ impl BackfillPhase {
                 Frontier::UpTo(key) => Some(key_text(key)?),
                 _ => None,
             };
+            let chunks = share + usize::from(n < extra);
+            let ends = match self.splits.iter().position(|s| s.index == index) {
+                Some(at) if chunks > 1 => {
+                    self.splits.swap_remove(at).ends_for(index, &after, chunks)
+                }
+                _ => None,
+            };
             plans.push(TablePlan {
                 index,
                 catalog_index,
                 after,
-                chunks: share + usize::from(n < extra),
+                chunks,
+                ends,
             });
         }
+        self.splits.clear();
         Ok(plans)
     }
 
@@ -127,19 +177,35 @@ impl BackfillPhase {
                 Err(e) => return Err(e),
             }
         }
-        let readers = std::mem::take(&mut self.readers);
-        let tables = self.tables.clone();
-        let limit = self.options.chunk_rows.max(1);
-        let in_recovery = self.options.in_recovery;
+        // A table shared by several readers has the ends of its next round's chunks
+        // found on a connection of their own while this round reads: the round then
+        // starts with its reads, without a query before them.
+        if self.planner.is_none() && plans.iter().any(|p| p.chunks > 1) {
+            match connect_sql(&self.options.connection).await {
+                Ok(client) => self.planner = Some(client),
+                // Only the splits ahead are missed: they are found before the reads.
+                Err(e) if e.is_transient() => {
+                    tracing::debug!(error = %e, "no connection to find chunk ends ahead");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let round = Round {
+            readers: std::mem::take(&mut self.readers),
+            planner: self.planner.take(),
+            tables: self.tables.clone(),
+            limit: self.options.chunk_rows.max(1),
+            in_recovery: self.options.in_recovery,
+        };
         let done = self.round_done.clone();
         let ready = self.round_ready.clone();
         ready.store(false, Ordering::Release);
         self.in_flight = Some(tokio::spawn(async move {
-            let results = read_planned(&readers, &tables, plans, limit, in_recovery).await;
+            let result = round.read(plans).await;
             // A permit is kept if nobody waits yet, so the wake-up is never lost.
             ready.store(true, Ordering::Release);
             done.notify_one();
-            (readers, results)
+            result
         }));
         Ok(())
     }
@@ -150,10 +216,17 @@ impl BackfillPhase {
         let Some(handle) = self.in_flight.take() else {
             return Ok(());
         };
-        let (readers, results) = handle
+        let RoundResult {
+            readers,
+            planner,
+            results,
+            next_splits,
+        } = handle
             .await
             .map_err(|e| Error::protocol(format!("the snapshot chunk reader failed: {e}")))?;
         self.readers = readers;
+        self.planner = planner;
+        self.splits = next_splits;
         let mut retry = false;
         let mut failed_connection = false;
         let mut missed = false;
@@ -206,10 +279,12 @@ impl BackfillPhase {
                     missed = true;
                     break;
                 };
-                let complete = read.complete;
+                // A chunk cut short at its cap ends the table's share of this round: the
+                // chunks after it do not continue it (the next round reads on from it).
+                let last = read.complete || read.cut_short;
                 expected_after = request.upto.clone();
                 usable.push((request, read, snapshot));
-                if complete {
+                if last {
                     break;
                 }
             }
@@ -219,6 +294,7 @@ impl BackfillPhase {
         }
         if failed_connection {
             self.readers.clear();
+            self.planner = None;
         }
         self.optimistic = !missed;
         self.not_before = retry.then(|| Instant::now() + RETRY_DELAY);
@@ -257,95 +333,177 @@ impl BackfillPhase {
     }
 }
 
-/// Reads the chunks `plans` ask for, each on its own connection of `readers` (a table's
-/// readers side by side): a table shared by several readers first has its range split at
-/// the ends of its next chunks, then each reader copies one range. Results come a table's
-/// chunks together, in key order; a table whose split failed reports that as its first
-/// chunk's result.
-async fn read_planned(
-    readers: &[Client],
-    tables: &[CatalogTable],
-    plans: Vec<TablePlan>,
+/// One background read round: its connections and what it reads with.
+struct Round {
+    readers: Vec<Client>,
+    planner: Option<Client>,
+    tables: Arc<Vec<CatalogTable>>,
     limit: usize,
     in_recovery: bool,
-) -> Vec<(Request, Result<ChunkRead>)> {
-    let mut failed = Vec::new();
-    let mut requests = Vec::new();
-    let mut next_reader = 0usize;
-    // The splits of all shared tables run at once, each on its table's first reader.
-    let splits = futures::future::join_all(plans.into_iter().map(|plan| {
-        let client = readers.get(next_reader);
-        next_reader += plan.chunks;
-        let table = tables.get(plan.catalog_index);
-        async move {
-            let ends = match (client, table) {
-                (_, _) if plan.chunks <= 1 => Ok(Vec::new()),
-                (Some(client), Some(table)) => {
-                    chunk_boundaries(client, table, plan.after.as_deref(), limit, plan.chunks - 1)
-                        .await
+}
+
+impl Round {
+    /// Reads the chunks `plans` ask for, each on its own connection and in its own task
+    /// (rows are decoded on as many threads as there are readers). A table shared by
+    /// several readers is split at the ends of its next chunks — found ahead by the
+    /// previous round, else found now on its first reader — and each reader copies one
+    /// range; meanwhile the planner finds the ends of the round after. Results come a
+    /// table's chunks together, in key order; a table whose split failed reports that as
+    /// its first chunk's result.
+    async fn read(self, plans: Vec<TablePlan>) -> RoundResult {
+        let Round {
+            readers,
+            planner,
+            tables,
+            limit,
+            in_recovery,
+        } = self;
+        let mut failed = Vec::new();
+        let mut requests = Vec::new();
+        let mut next_reader = 0usize;
+        // The splits still to find run at once, each on its table's first reader.
+        let splits = futures::future::join_all(plans.into_iter().map(|mut plan| {
+            let client = readers.get(next_reader);
+            next_reader += plan.chunks;
+            let table = tables.get(plan.catalog_index);
+            async move {
+                let ends = match (plan.ends.take(), client, table) {
+                    _ if plan.chunks <= 1 => Ok(Vec::new()),
+                    (Some(ends), _, _) => Ok(ends),
+                    (None, Some(client), Some(table)) => {
+                        chunk_boundaries(client, table, plan.after.as_deref(), limit, plan.chunks)
+                            .await
+                    }
+                    _ => Err(Error::protocol(
+                        "internal: a chunk without a reader or table",
+                    )),
+                };
+                (plan, ends)
+            }
+        }))
+        .await;
+        // What the planner looks for next: from the last end of each table whose round
+        // ends at a key.
+        let mut ahead = Vec::new();
+        for (plan, ends) in splits {
+            match ends {
+                Ok(ends) => {
+                    let bounded = plan.chunks > 1 && ends.len() == plan.chunks;
+                    let mut after = plan.after;
+                    for end in ends {
+                        requests.push(Request {
+                            index: plan.index,
+                            catalog_index: plan.catalog_index,
+                            after: after.clone(),
+                            upto: Some(end.clone()),
+                        });
+                        after = Some(end);
+                    }
+                    if bounded {
+                        ahead.push((plan.index, plan.catalog_index, after, plan.chunks));
+                    } else {
+                        // The last chunk of the round: the next rows, however far they
+                        // reach (and the table's end when they are fewer than a chunk).
+                        requests.push(Request {
+                            index: plan.index,
+                            catalog_index: plan.catalog_index,
+                            after,
+                            upto: None,
+                        });
+                    }
                 }
-                _ => Err(Error::protocol(
-                    "internal: a chunk without a reader or table",
-                )),
-            };
-            (plan, ends)
-        }
-    }))
-    .await;
-    for (plan, ends) in splits {
-        match ends {
-            Ok(ends) => {
-                let mut after = plan.after;
-                for end in ends {
-                    requests.push(Request {
+                Err(e) => failed.push((
+                    Request {
                         index: plan.index,
                         catalog_index: plan.catalog_index,
-                        after: after.clone(),
-                        upto: Some(end.clone()),
-                    });
-                    after = Some(end);
-                }
-                // The last chunk of the round: the next rows, however far they reach (and
-                // the table's end when they are fewer than a chunk).
-                requests.push(Request {
-                    index: plan.index,
-                    catalog_index: plan.catalog_index,
-                    after,
-                    upto: None,
-                });
+                        after: plan.after,
+                        upto: None,
+                    },
+                    Err(e),
+                )),
             }
-            Err(e) => failed.push((
-                Request {
-                    index: plan.index,
-                    catalog_index: plan.catalog_index,
-                    after: plan.after,
-                    upto: None,
-                },
-                Err(e),
-            )),
+        }
+        let mut tasks = Vec::with_capacity(requests.len());
+        let mut readers = readers.into_iter();
+        for request in &requests {
+            let Some(client) = readers.next() else {
+                break;
+            };
+            let tables = tables.clone();
+            let after = request.after.clone();
+            let upto = request.upto.clone();
+            let catalog_index = request.catalog_index;
+            tasks.push(tokio::spawn(async move {
+                let read = match tables.get(catalog_index) {
+                    Some(table) => {
+                        read_chunk(
+                            &client,
+                            table,
+                            after.as_deref(),
+                            upto.as_deref(),
+                            limit,
+                            in_recovery,
+                        )
+                        .await
+                    }
+                    None => Err(Error::protocol("internal: chunk of an unknown table")),
+                };
+                (client, read)
+            }));
+        }
+        let plan_ahead = async {
+            let planner = planner?;
+            let mut next = Vec::new();
+            for (index, catalog_index, after, chunks) in ahead {
+                let Some(table) = tables.get(catalog_index) else {
+                    continue;
+                };
+                match chunk_boundaries(&planner, table, after.as_deref(), limit, chunks).await {
+                    Ok(ends) => next.push(Splits {
+                        index,
+                        exhausted: ends.len() < chunks,
+                        after,
+                        ends,
+                    }),
+                    // The next round finds them itself; a broken planner is replaced.
+                    Err(e) => {
+                        tracing::debug!(error = %e, "finding chunk ends ahead failed");
+                        return None;
+                    }
+                }
+            }
+            Some((planner, next))
+        };
+        let (reads, ahead) =
+            futures::future::join(futures::future::join_all(tasks), plan_ahead).await;
+        let mut clients = Vec::with_capacity(reads.len());
+        let mut results = Vec::with_capacity(requests.len() + failed.len());
+        let mut reads = reads.into_iter();
+        for request in requests {
+            let read = match reads.next() {
+                Some(Ok((client, read))) => {
+                    clients.push(client);
+                    read
+                }
+                // The task panicked: its connection is gone (a new one is opened).
+                Some(Err(e)) => Err(Error::protocol(format!(
+                    "the snapshot chunk reader failed: {e}"
+                ))),
+                None => Err(Error::protocol("internal: a chunk without a reader")),
+            };
+            results.push((request, read));
+        }
+        clients.extend(readers);
+        results.extend(failed);
+        let (planner, next_splits) = match ahead {
+            Some((planner, next)) => (Some(planner), next),
+            None => (None, Vec::new()),
+        };
+        RoundResult {
+            readers: clients,
+            planner,
+            results,
+            next_splits,
         }
     }
-    let reads = futures::future::join_all(requests.iter().zip(readers).map(|(request, client)| {
-        let table = tables.get(request.catalog_index);
-        async move {
-            match table {
-                Some(table) => {
-                    read_chunk(
-                        client,
-                        table,
-                        request.after.as_deref(),
-                        request.upto.as_deref(),
-                        limit,
-                        in_recovery,
-                    )
-                    .await
-                }
-                None => Err(Error::protocol("internal: chunk of an unknown table")),
-            }
-        }
-    }))
-    .await;
-    let mut results: Vec<(Request, Result<ChunkRead>)> = requests.into_iter().zip(reads).collect();
-    results.extend(failed);
-    results
 }
