@@ -125,7 +125,7 @@ fn is_long_type(tag: u8) -> bool {
 
 /// The type byte and length word at the start of `buf`, checked against the caps; `None`
 /// while fewer than five bytes are there.
-fn header(buf: &[u8], phase: Phase) -> Result<Option<(u8, usize)>, FrameError> {
+pub(super) fn header(buf: &[u8], phase: Phase) -> Result<Option<(u8, usize)>, FrameError> {
     let Some(&[tag, a, b, c, d]) = buf.get(..HEADER_LEN) else {
         return Ok(None);
     };

@@ -47,6 +47,7 @@ mod servers;
 pub mod session;
 pub mod slot;
 pub mod sql;
+pub(crate) mod sql_session;
 pub mod stream;
 mod tcp_keepalive;
 pub mod timeline;

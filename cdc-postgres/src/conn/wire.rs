@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use cdc_core::{Error, Result};
 use fallible_iterator::FallibleIterator;
 use postgres_protocol::authentication::md5_hash;
@@ -23,6 +23,13 @@ use super::transport::{Socket, describe_target};
 
 /// Tag of CopyBothResponse, which `postgres-protocol` does not parse.
 const COPY_BOTH_RESPONSE_TAG: u8 = b'W';
+
+/// Tag of CopyData.
+const COPY_DATA_TAG: u8 = b'd';
+
+/// How much room a read of COPY data makes at least: one `recv` takes what a busy server
+/// sent since the last one (its socket buffer holds a few hundred kB).
+const COPY_READ_SIZE: usize = 64 * 1024;
 
 /// The result of one statement run with the simple-query protocol, in text format.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -318,19 +325,7 @@ impl Wire {
             let split = frame::split_frame(&mut self.rbuf, self.phase)
                 .map_err(|e| protocol(format!("the server at {} sent {e}", self.target)))?;
             let Some(frame) = split else {
-                frame::make_room(&mut self.rbuf, self.phase);
-                self.rbuf.reserve(8192);
-                let n = self
-                    .socket
-                    .read_buf(&mut self.rbuf)
-                    .await
-                    .map_err(|e| io_error(e, &format!("reading from {}", self.target)))?;
-                if n == 0 {
-                    return Err(Error::transient(format!(
-                        "the server at {} closed the connection unexpectedly",
-                        self.target
-                    )));
-                }
+                self.fill(8192).await?;
                 continue;
             };
             if frame.tag() == COPY_BOTH_RESPONSE_TAG {
@@ -348,6 +343,130 @@ impl Wire {
         }
     }
 
+    /// Reads more bytes from the server into the read buffer, with room for at least
+    /// `at_least` more (and for the incomplete message at its start, within its cap).
+    async fn fill(&mut self, at_least: usize) -> Result<()> {
+        frame::make_room(&mut self.rbuf, self.phase);
+        self.rbuf.reserve(at_least);
+        let n = self
+            .socket
+            .read_buf(&mut self.rbuf)
+            .await
+            .map_err(|e| io_error(e, &format!("reading from {}", self.target)))?;
+        if n == 0 {
+            return Err(Error::transient(format!(
+                "the server at {} closed the connection unexpectedly",
+                self.target
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs `sql`, a `COPY … TO STDOUT`, with the simple-query protocol and hands each
+    /// CopyData message's payload to `data` as it arrives, straight off the read buffer
+    /// (no allocation per message: a binary COPY sends one message per row). `then`, when
+    /// given, is sent right behind it as a query of its own (e.g. the `COMMIT` of the
+    /// COPY's transaction), saving a round trip.
+    ///
+    /// Errors: a server error in either (the first one, classified for `activity`, with
+    /// `context`) or from `data` (the first one; `data` is not called again) is returned
+    /// once the server is ready again, so the session stays usable; an unexpected message
+    /// or a COPY that never started is a Protocol error.
+    pub(crate) async fn copy_out(
+        &mut self,
+        sql: &str,
+        then: Option<&str>,
+        activity: Activity,
+        context: &str,
+        mut data: impl FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        frontend::query(sql, &mut self.wbuf)
+            .map_err(|e| Error::config(format!("invalid command: {e}")))?;
+        if let Some(then) = then {
+            frontend::query(then, &mut self.wbuf)
+                .map_err(|e| Error::config(format!("invalid command: {e}")))?;
+        }
+        self.flush().await?;
+        let queries = if then.is_some() { 2 } else { 1 };
+        let mut ready = 0;
+        let mut copying = false;
+        let mut copied = false;
+        let mut failure = None;
+        let mut rejected: Option<Error> = None;
+        loop {
+            // The rows: CopyData handed on where it lies in the buffer.
+            let header = frame::header(&self.rbuf, self.phase)
+                .map_err(|e| protocol(format!("the server at {} sent {e}", self.target)))?;
+            match header {
+                Some((COPY_DATA_TAG, len)) if copying => {
+                    let Some(payload) = self.rbuf.get(frame::HEADER_LEN..len + 1) else {
+                        self.fill(COPY_READ_SIZE).await?;
+                        continue;
+                    };
+                    if rejected.is_none()
+                        && let Err(e) = data(payload)
+                    {
+                        rejected = Some(e);
+                    }
+                    self.rbuf.advance(len + 1);
+                    continue;
+                }
+                None => {
+                    self.fill(COPY_READ_SIZE).await?;
+                    continue;
+                }
+                Some(_) => {}
+            }
+            let message = match self.read().await? {
+                Backend::Message(m) => m,
+                Backend::CopyBothResponse => {
+                    return Err(protocol(format!(
+                        "{} unexpectedly started a CopyBoth stream",
+                        command_name(sql)
+                    )));
+                }
+            };
+            match message {
+                Message::CopyOutResponse(_) if ready == 0 => copying = true,
+                Message::CopyDone if copying => {
+                    copying = false;
+                    copied = true;
+                }
+                Message::CommandComplete(_) | Message::EmptyQueryResponse => {}
+                Message::ErrorResponse(body) => {
+                    copying = false;
+                    failure.get_or_insert(server_error_from_fields(body.fields()));
+                }
+                Message::ParameterStatus(body) => self.record_parameter(&body)?,
+                Message::ReadyForQuery(_) => {
+                    ready += 1;
+                    if ready == queries {
+                        break;
+                    }
+                }
+                _ => {
+                    return Err(protocol(format!(
+                        "unexpected message in the response to {}",
+                        command_name(sql)
+                    )));
+                }
+            }
+        }
+        if let Some(server) = failure {
+            return Err(server_error(server, activity, context));
+        }
+        if let Some(e) = rejected {
+            return Err(e);
+        }
+        if !copied {
+            return Err(protocol(format!(
+                "{context}: the server did not send COPY data for {}",
+                command_name(sql)
+            )));
+        }
+        Ok(())
+    }
+
     /// Runs `sql` with the simple-query protocol and collects every result in text form.
     ///
     /// A server error is returned after the server is ready again (the session stays
@@ -356,6 +475,17 @@ impl Wire {
         &mut self,
         sql: &str,
         activity: Activity,
+    ) -> Result<Vec<QueryResult>> {
+        let context = format!("{} failed", command_name(sql));
+        self.simple_query_in(sql, activity, &context).await
+    }
+
+    /// [`Self::simple_query`], with a server error saying `context`.
+    pub(crate) async fn simple_query_in(
+        &mut self,
+        sql: &str,
+        activity: Activity,
+        context: &str,
     ) -> Result<Vec<QueryResult>> {
         frontend::query(sql, &mut self.wbuf)
             .map_err(|e| Error::config(format!("invalid command: {e}")))?;
@@ -414,11 +544,7 @@ impl Wire {
             }
         }
         match failure {
-            Some(server) => Err(server_error(
-                server,
-                activity,
-                &format!("{} failed", command_name(sql)),
-            )),
+            Some(server) => Err(server_error(server, activity, context)),
             None => Ok(results),
         }
     }

@@ -4,12 +4,12 @@
 
 use cdc_core::{Error, Lsn, Row, quote_identifier};
 use cdc_pgoutput::protocol::ByteBlocks;
-use futures::StreamExt;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 use super::copy::{check_ended, columns_for_copy, next_decoded_row, sql_error};
 use super::copy_binary::CopyBinaryDecoder;
 use crate::catalog::CatalogTable;
+use crate::conn::sql_session::SqlSession;
 
 /// What one chunk read returned.
 #[derive(Debug)]
@@ -178,10 +178,10 @@ pub fn boundary_query(
 }
 
 /// Where the next `count` chunks of `limit` rows after `after` end (text form of each
-/// end's key), on `client` (autocommit: the ends only split the work; each chunk's read
+/// end's key), on `session` (autocommit: the ends only split the work; each chunk's read
 /// takes its own snapshot). Fewer ends near the table's end.
-pub async fn chunk_boundaries(
-    client: &Client,
+pub(crate) async fn chunk_boundaries(
+    session: &mut SqlSession,
     table: &CatalogTable,
     after: Option<&[String]>,
     limit: usize,
@@ -193,16 +193,22 @@ pub async fn chunk_boundaries(
     for _ in 0..count {
         let from = ends.last().map(Vec::as_slice).or(after);
         let query = boundary_query(table, from, limit)?;
-        let Some(row) = client
-            .query_opt(&query, &[])
-            .await
-            .map_err(sql_error(&context))?
+        let results = session.simple_query_in(&query, &context).await?;
+        let Some(row) = results
+            .into_iter()
+            .next()
+            .and_then(|r| r.rows.into_iter().next())
         else {
             break;
         };
+        if row.len() != width {
+            return Err(Error::protocol(format!(
+                "{context}: the server returned {} key values, the primary key has {width} columns",
+                row.len()
+            )));
+        }
         let mut key = Vec::with_capacity(width);
-        for index in 0..width {
-            let text: Option<String> = row.try_get(index).map_err(sql_error(&context))?;
+        for text in row {
             let Some(text) = text else {
                 return Err(Error::protocol(format!(
                     "{context}: the server returned a NULL primary key value"
@@ -215,12 +221,12 @@ pub async fn chunk_boundaries(
     Ok(ends)
 }
 
-/// Reads one chunk of `table` on `client` (an idle connection; the read is one short
+/// Reads one chunk of `table` on `session` (an idle connection; the read is one short
 /// `REPEATABLE READ` transaction): the rows after `after`, up to `upto` when given (then
 /// `complete` is false, and at most [`range_cap`] rows are read), else at most `limit`.
 /// `in_recovery`: the server is a standby.
-pub async fn read_chunk(
-    client: &Client,
+pub(crate) async fn read_chunk(
+    session: &mut SqlSession,
     table: &CatalogTable,
     after: Option<&[String]>,
     upto: Option<&[String]>,
@@ -232,30 +238,38 @@ pub async fn read_chunk(
     // Two round trips a chunk: the transaction's start with its snapshot, then the COPY
     // with the COMMIT sent right behind it. Each wait for the server is a wake-up of
     // this task and of the backend, which on a busy machine costs more than the query.
-    let (snapshot, until) = match begin_with_snapshot(client, in_recovery, &context).await {
+    let started = session
+        .simple_query_in(&snapshot_query(in_recovery, true), &context)
+        .await
+        .and_then(|results| {
+            let row = results.iter().find_map(|r| r.rows.first());
+            let value = |i: usize| row.and_then(|r| r.get(i)).and_then(|v| v.as_deref());
+            parse_snapshot(value(0), value(1), &context)
+        });
+    let (snapshot, until) = match started {
         Ok(started) => started,
         Err(e) => {
-            let _ = client.batch_execute("ROLLBACK").await;
+            let _ = session.simple_query("ROLLBACK").await;
             return Err(e);
         }
     };
     let statement = format!("COPY ({select}) TO STDOUT (FORMAT binary)");
-    let stream = match client.copy_out(statement.as_str()).await {
-        Ok(stream) => stream,
-        Err(e) => {
-            let _ = client.batch_execute("ROLLBACK").await;
-            return Err(sql_error(&context)(e));
-        }
-    };
+    let mut decoder = CopyBinaryDecoder::new(Some(table.column_types.len()));
+    let mut blocks = ByteBlocks::new();
+    // Sized for the whole chunk up front: growing a vector of rows copies it each time.
+    let mut rows = Vec::with_capacity(limit.min(1 << 16));
     // The COMMIT ends the transaction whatever the read found (it only read; after an
     // error it rolls back); the server takes it once the COPY's rows are sent.
-    let (rows, ended) = futures::future::join(
-        read_copy(stream, table, limit.min(1 << 16), &context),
-        client.batch_execute("COMMIT"),
-    )
-    .await;
-    let rows = rows?;
-    ended.map_err(sql_error(&context))?;
+    session
+        .copy_out(&statement, Some("COMMIT"), &context, |data| {
+            decoder.feed(data);
+            while let Some(row) = next_decoded_row(&mut decoder, table, &context, &mut blocks)? {
+                rows.push(row);
+            }
+            Ok(())
+        })
+        .await?;
+    check_ended(&decoder, &context)?;
     let complete = upto.is_none() && rows.len() < limit;
     let cut_short = upto.is_some() && rows.len() >= range_cap(limit);
     Ok(ChunkRead {
@@ -267,15 +281,12 @@ pub async fn read_chunk(
     })
 }
 
-/// Begins a `REPEATABLE READ READ ONLY` transaction on `client` and returns its snapshot
-/// (`pg_current_snapshot()` as text) and the WAL position read right after the snapshot
-/// was taken — the insert position, or on a standby (`in_recovery`) the replay position:
-/// every transaction the snapshot sees committed before it. One round trip.
-pub(super) async fn begin_with_snapshot(
-    client: &Client,
-    in_recovery: bool,
-    context: &str,
-) -> Result<(String, Lsn), Error> {
+/// The statement that begins a `REPEATABLE READ READ ONLY` transaction (with `begin`)
+/// and returns its snapshot (`pg_current_snapshot()` as text) and the WAL position read
+/// right after the snapshot was taken — the insert position, or on a standby
+/// (`in_recovery`) the replay position: every transaction the snapshot sees committed
+/// before it. See [`parse_snapshot`].
+pub(super) fn snapshot_query(in_recovery: bool, begin: bool) -> String {
     // The first statement of the transaction takes its snapshot; the WAL position is
     // read in the same statement, after it.
     let position = if in_recovery {
@@ -283,22 +294,21 @@ pub(super) async fn begin_with_snapshot(
     } else {
         "pg_current_wal_insert_lsn()"
     };
-    let messages = client
-        .simple_query(&format!(
-            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; \
-             SELECT pg_current_snapshot()::text, {position}::text"
-        ))
-        .await
-        .map_err(sql_error(context))?;
-    let Some(row) = messages.iter().find_map(|m| match m {
-        SimpleQueryMessage::Row(row) => Some(row),
-        _ => None,
-    }) else {
-        return Err(Error::protocol(format!(
-            "{context}: the server returned no snapshot"
-        )));
+    let begin = if begin {
+        "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
+    } else {
+        ""
     };
-    let (Some(snapshot), Some(until_text)) = (row.get(0), row.get(1)) else {
+    format!("{begin}SELECT pg_current_snapshot()::text, {position}::text")
+}
+
+/// The snapshot and WAL position [`snapshot_query`] returned (its two text columns).
+pub(super) fn parse_snapshot(
+    snapshot: Option<&str>,
+    until: Option<&str>,
+    context: &str,
+) -> Result<(String, Lsn), Error> {
+    let (Some(snapshot), Some(until_text)) = (snapshot, until) else {
         return Err(Error::protocol(format!(
             "{context}: the server returned no snapshot or WAL position (a standby that has replayed nothing yet?)"
         )));
@@ -311,27 +321,26 @@ pub(super) async fn begin_with_snapshot(
     Ok((snapshot.to_owned(), until))
 }
 
-/// The rows of a chunk's COPY, `expected` of them usually (the vector is sized for them).
-async fn read_copy(
-    stream: tokio_postgres::CopyOutStream,
-    table: &CatalogTable,
-    expected: usize,
+/// [`snapshot_query`] on a tokio-postgres `client`, beginning the transaction: its
+/// snapshot and WAL position. One round trip.
+pub(super) async fn begin_with_snapshot(
+    client: &Client,
+    in_recovery: bool,
     context: &str,
-) -> Result<Vec<Row>, Error> {
-    futures::pin_mut!(stream);
-    let mut decoder = CopyBinaryDecoder::new(Some(table.column_types.len()));
-    let mut blocks = ByteBlocks::new();
-    // Sized for the whole chunk up front: growing a vector of rows copies it each time.
-    let mut rows = Vec::with_capacity(expected);
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(sql_error(context))?;
-        decoder.feed(&chunk);
-        while let Some(row) = next_decoded_row(&mut decoder, table, context, &mut blocks)? {
-            rows.push(row);
-        }
-    }
-    check_ended(&decoder, context)?;
-    Ok(rows)
+) -> Result<(String, Lsn), Error> {
+    let messages = client
+        .simple_query(&snapshot_query(in_recovery, true))
+        .await
+        .map_err(sql_error(context))?;
+    let row = messages.iter().find_map(|m| match m {
+        SimpleQueryMessage::Row(row) => Some(row),
+        _ => None,
+    });
+    parse_snapshot(
+        row.and_then(|r| r.get(0)),
+        row.and_then(|r| r.get(1)),
+        context,
+    )
 }
 
 #[cfg(test)]

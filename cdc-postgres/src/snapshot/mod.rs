@@ -8,7 +8,8 @@ pub mod copy;
 pub mod copy_binary;
 pub mod whole_table;
 
-pub use chunk::{ChunkRead, chunk_boundaries, read_chunk};
+pub use chunk::ChunkRead;
+pub(crate) use chunk::{chunk_boundaries, read_chunk};
 pub use copy::{CopyMessage, WorkItem};
 pub use copy_binary::{CopyBinaryDecoder, CopyFormatError};
 pub use whole_table::{WholeTableRead, WholeTableStart};

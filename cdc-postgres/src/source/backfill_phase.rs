@@ -19,12 +19,12 @@ use cdc_pgoutput::backfill::merge::{Backfill, Frontier, TableState, Window};
 use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-use tokio_postgres::Client;
 
 use super::backfill_keys::{key_columns, key_order, parse_key};
 use super::backfill_progress::{CoveredProgress, Step};
 use crate::catalog::CatalogTable;
 use crate::conn::ConnectionConfig;
+use crate::conn::sql_session::SqlSession;
 
 mod place;
 mod rounds;
@@ -60,9 +60,9 @@ pub(crate) struct BackfillPhase {
     catalog: Vec<usize>,
     tables: Arc<Vec<CatalogTable>>,
     options: BackfillOptions,
-    readers: Vec<Client>,
+    readers: Vec<SqlSession>,
     /// The connection that finds the ends of the next round's chunks while a round reads.
-    planner: Option<Client>,
+    planner: Option<SqlSession>,
     /// The ends found for the next round's chunks of tables shared by several readers.
     splits: Vec<Splits>,
     /// Where the previous anchor put its rows, and the next ordinal there.

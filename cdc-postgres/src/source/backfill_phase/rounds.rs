@@ -12,12 +12,11 @@ use cdc_core::{ChangeEvent, Error, Result};
 use cdc_pgoutput::backfill::merge::Frontier;
 use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
 use tokio::sync::Notify;
-use tokio_postgres::Client;
 
 use super::super::backfill_keys::key_text;
 use super::{BackfillPhase, RETRY_DELAY};
 use crate::catalog::CatalogTable;
-use crate::conn::connect_sql;
+use crate::conn::sql_session::SqlSession;
 use crate::snapshot::{ChunkRead, chunk_boundaries, read_chunk};
 
 /// One chunk request of a read round.
@@ -81,8 +80,8 @@ impl Splits {
 /// table's chunks together and in key order), and the splits found for the next round.
 #[derive(Debug)]
 pub(super) struct RoundResult {
-    readers: Vec<Client>,
-    planner: Option<Client>,
+    readers: Vec<SqlSession>,
+    planner: Option<SqlSession>,
     results: Vec<(Request, Result<ChunkRead>)>,
     next_splits: Vec<Splits>,
 }
@@ -167,8 +166,8 @@ impl BackfillPhase {
         let plans = self.plan_round()?;
         let wanted: usize = plans.iter().map(|p| p.chunks).sum();
         while self.readers.len() < wanted {
-            match connect_sql(&self.options.connection).await {
-                Ok(client) => self.readers.push(client),
+            match SqlSession::connect(&self.options.connection).await {
+                Ok(session) => self.readers.push(session),
                 Err(e) if e.is_transient() => {
                     tracing::warn!(error = %e, "cannot open a connection for the online snapshot; retrying");
                     self.not_before = Some(Instant::now() + RETRY_DELAY * 20);
@@ -181,8 +180,8 @@ impl BackfillPhase {
         // found on a connection of their own while this round reads: the round then
         // starts with its reads, without a query before them.
         if self.planner.is_none() && plans.iter().any(|p| p.chunks > 1) {
-            match connect_sql(&self.options.connection).await {
-                Ok(client) => self.planner = Some(client),
+            match SqlSession::connect(&self.options.connection).await {
+                Ok(session) => self.planner = Some(session),
                 // Only the splits ahead are missed: they are found before the reads.
                 Err(e) if e.is_transient() => {
                     tracing::debug!(error = %e, "no connection to find chunk ends ahead");
@@ -335,8 +334,8 @@ impl BackfillPhase {
 
 /// One background read round: its connections and what it reads with.
 struct Round {
-    readers: Vec<Client>,
-    planner: Option<Client>,
+    readers: Vec<SqlSession>,
+    planner: Option<SqlSession>,
     tables: Arc<Vec<CatalogTable>>,
     limit: usize,
     in_recovery: bool,
@@ -352,7 +351,7 @@ impl Round {
     /// its first chunk's result.
     async fn read(self, plans: Vec<TablePlan>) -> RoundResult {
         let Round {
-            readers,
+            mut readers,
             planner,
             tables,
             limit,
@@ -360,11 +359,13 @@ impl Round {
         } = self;
         let mut failed = Vec::new();
         let mut requests = Vec::new();
-        let mut next_reader = 0usize;
         // The splits still to find run at once, each on its table's first reader.
+        let mut sessions = readers.iter_mut();
         let splits = futures::future::join_all(plans.into_iter().map(|mut plan| {
-            let client = readers.get(next_reader);
-            next_reader += plan.chunks;
+            let client = sessions.next();
+            for _ in 1..plan.chunks {
+                sessions.next();
+            }
             let table = tables.get(plan.catalog_index);
             async move {
                 let ends = match (plan.ends.take(), client, table) {
@@ -426,7 +427,7 @@ impl Round {
         let mut tasks = Vec::with_capacity(requests.len());
         let mut readers = readers.into_iter();
         for request in &requests {
-            let Some(client) = readers.next() else {
+            let Some(mut client) = readers.next() else {
                 break;
             };
             let tables = tables.clone();
@@ -437,7 +438,7 @@ impl Round {
                 let read = match tables.get(catalog_index) {
                     Some(table) => {
                         read_chunk(
-                            &client,
+                            &mut client,
                             table,
                             after.as_deref(),
                             upto.as_deref(),
@@ -452,13 +453,13 @@ impl Round {
             }));
         }
         let plan_ahead = async {
-            let planner = planner?;
+            let mut planner = planner?;
             let mut next = Vec::new();
             for (index, catalog_index, after, chunks) in ahead {
                 let Some(table) = tables.get(catalog_index) else {
                     continue;
                 };
-                match chunk_boundaries(&planner, table, after.as_deref(), limit, chunks).await {
+                match chunk_boundaries(&mut planner, table, after.as_deref(), limit, chunks).await {
                     Ok(ends) => next.push(Splits {
                         index,
                         exhausted: ends.len() < chunks,
