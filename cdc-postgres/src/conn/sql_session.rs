@@ -11,6 +11,7 @@ use super::config::{ConnectionConfig, TargetSessionAttrs};
 use super::error::Activity;
 use super::servers::{self, ServerRole};
 use super::transport;
+pub(crate) use super::wire::CopyOut;
 use super::wire::{QueryResult, Wire};
 
 /// A connected SQL session (not a replication session).
@@ -78,18 +79,41 @@ impl SqlSession {
             .await
     }
 
-    /// Runs `sql`, a `COPY … TO STDOUT`, handing the COPY data to `data` as it arrives,
-    /// with `then` (e.g. `COMMIT`) sent right behind it; errors name `context` (see
-    /// `Wire::copy_out`).
+    /// Runs `sql`, a `COPY … TO STDOUT`, with `then` (e.g. `COMMIT`) sent right behind
+    /// it; read its data with [`Self::copy_data`]. Errors name `context`.
+    pub async fn begin_copy_out(
+        &mut self,
+        sql: &str,
+        then: Option<&str>,
+        context: &str,
+    ) -> Result<CopyOut> {
+        self.wire
+            .begin_copy_out(sql, then, Activity::Command, context)
+            .await
+    }
+
+    /// Hands the COPY data that one read from the server brought to `data`; `false` once
+    /// the COPY (and the query sent behind it) ended — with an error if either failed
+    /// (see `Wire::copy_data`).
+    pub async fn copy_data(
+        &mut self,
+        copy: &mut CopyOut,
+        data: impl FnMut(&[u8]) -> Result<()>,
+    ) -> Result<bool> {
+        self.wire.copy_data(copy, data).await
+    }
+
+    /// Runs `sql`, a `COPY … TO STDOUT`, to its end with `then` sent behind it, handing
+    /// all of its data to `data`.
     pub async fn copy_out(
         &mut self,
         sql: &str,
         then: Option<&str>,
         context: &str,
-        data: impl FnMut(&[u8]) -> Result<()>,
+        mut data: impl FnMut(&[u8]) -> Result<()>,
     ) -> Result<()> {
-        self.wire
-            .copy_out(sql, then, Activity::Command, context, data)
-            .await
+        let mut copy = self.begin_copy_out(sql, then, context).await?;
+        while self.copy_data(&mut copy, &mut data).await? {}
+        Ok(())
     }
 }

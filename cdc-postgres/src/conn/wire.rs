@@ -6,7 +6,7 @@
 use std::ops::Range;
 
 use bytes::{Buf, BytesMut};
-use cdc_core::{Error, Result};
+use cdc_core::{Error, Result, ServerError};
 use fallible_iterator::FallibleIterator;
 use postgres_protocol::authentication::md5_hash;
 use postgres_protocol::authentication::sasl::ScramSha256;
@@ -55,6 +55,42 @@ impl QueryResult {
 pub(crate) enum Backend {
     Message(Message),
     CopyBothResponse,
+}
+
+/// A COPY out under way (see [`Wire::begin_copy_out`]).
+#[derive(Debug)]
+pub(crate) struct CopyOut {
+    command: String,
+    context: String,
+    activity: Activity,
+    /// Queries sent, and the ReadyForQuery messages received for them.
+    queries: usize,
+    ready: usize,
+    /// Between CopyOutResponse and CopyDone; CopyDone seen.
+    copying: bool,
+    copied: bool,
+    /// The first server error, and the first error of the data's receiver.
+    failure: Option<ServerError>,
+    rejected: Option<Error>,
+}
+
+impl CopyOut {
+    /// The outcome once the server is ready after every query.
+    fn finish(&mut self) -> Result<()> {
+        if let Some(server) = self.failure.take() {
+            return Err(server_error(server, self.activity, &self.context));
+        }
+        if let Some(e) = self.rejected.take() {
+            return Err(e);
+        }
+        if !self.copied {
+            return Err(protocol(format!(
+                "{}: the server did not send COPY data for {}",
+                self.context, self.command
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// A started session.
@@ -362,24 +398,17 @@ impl Wire {
         Ok(())
     }
 
-    /// Runs `sql`, a `COPY … TO STDOUT`, with the simple-query protocol and hands each
-    /// CopyData message's payload to `data` as it arrives, straight off the read buffer
-    /// (no allocation per message: a binary COPY sends one message per row). `then`, when
-    /// given, is sent right behind it as a query of its own (e.g. the `COMMIT` of the
-    /// COPY's transaction), saving a round trip.
-    ///
-    /// Errors: a server error in either (the first one, classified for `activity`, with
-    /// `context`) or from `data` (the first one; `data` is not called again) is returned
-    /// once the server is ready again, so the session stays usable; an unexpected message
-    /// or a COPY that never started is a Protocol error.
-    pub(crate) async fn copy_out(
+    /// Sends `sql`, a `COPY … TO STDOUT`, with the simple-query protocol, and `then`,
+    /// when given, right behind it as a query of its own (e.g. the `COMMIT` of the COPY's
+    /// transaction), saving a round trip. The response is read with
+    /// [`Self::copy_data`] until it returns `false`.
+    pub(crate) async fn begin_copy_out(
         &mut self,
         sql: &str,
         then: Option<&str>,
         activity: Activity,
         context: &str,
-        mut data: impl FnMut(&[u8]) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<CopyOut> {
         frontend::query(sql, &mut self.wbuf)
             .map_err(|e| Error::config(format!("invalid command: {e}")))?;
         if let Some(then) = then {
@@ -387,84 +416,97 @@ impl Wire {
                 .map_err(|e| Error::config(format!("invalid command: {e}")))?;
         }
         self.flush().await?;
-        let queries = if then.is_some() { 2 } else { 1 };
-        let mut ready = 0;
-        let mut copying = false;
-        let mut copied = false;
-        let mut failure = None;
-        let mut rejected: Option<Error> = None;
+        Ok(CopyOut {
+            command: command_name(sql).to_owned(),
+            context: context.to_owned(),
+            activity,
+            queries: if then.is_some() { 2 } else { 1 },
+            ready: 0,
+            copying: false,
+            copied: false,
+            failure: None,
+            rejected: None,
+        })
+    }
+
+    /// Reads the response of [`Self::begin_copy_out`] on, handing each CopyData
+    /// message's payload to `data` straight off the read buffer (no allocation per
+    /// message: a binary COPY sends one message per row). Returns after the messages one
+    /// read from the socket brought (`true`: more follow), so the caller can pass on
+    /// what `data` built; `false` once the server is ready again after every query.
+    ///
+    /// Errors: a server error in either query (the first one, classified for the
+    /// activity, with the context given) or from `data` (the first one; `data` is not
+    /// called again) is returned once the server is ready again, so the session stays
+    /// usable; an unexpected message or a COPY that never started is a Protocol error.
+    pub(crate) async fn copy_data(
+        &mut self,
+        copy: &mut CopyOut,
+        mut data: impl FnMut(&[u8]) -> Result<()>,
+    ) -> Result<bool> {
+        let mut read = false;
         loop {
             // The rows: CopyData handed on where it lies in the buffer.
             let header = frame::header(&self.rbuf, self.phase)
                 .map_err(|e| protocol(format!("the server at {} sent {e}", self.target)))?;
+            let complete = header.is_some_and(|(_, len)| self.rbuf.len() > len);
             match header {
-                Some((COPY_DATA_TAG, len)) if copying => {
-                    let Some(payload) = self.rbuf.get(frame::HEADER_LEN..len + 1) else {
-                        self.fill(COPY_READ_SIZE).await?;
-                        continue;
-                    };
-                    if rejected.is_none()
+                Some((COPY_DATA_TAG, len)) if copy.copying && complete => {
+                    let payload = self.rbuf.get(frame::HEADER_LEN..len + 1).unwrap_or(&[]);
+                    if copy.rejected.is_none()
                         && let Err(e) = data(payload)
                     {
-                        rejected = Some(e);
+                        copy.rejected = Some(e);
                     }
                     self.rbuf.advance(len + 1);
                     continue;
                 }
-                None => {
+                _ if !complete => {
+                    if read {
+                        return Ok(true);
+                    }
                     self.fill(COPY_READ_SIZE).await?;
+                    read = true;
                     continue;
                 }
-                Some(_) => {}
+                _ => {}
             }
             let message = match self.read().await? {
                 Backend::Message(m) => m,
                 Backend::CopyBothResponse => {
                     return Err(protocol(format!(
                         "{} unexpectedly started a CopyBoth stream",
-                        command_name(sql)
+                        copy.command
                     )));
                 }
             };
             match message {
-                Message::CopyOutResponse(_) if ready == 0 => copying = true,
-                Message::CopyDone if copying => {
-                    copying = false;
-                    copied = true;
+                Message::CopyOutResponse(_) if copy.ready == 0 => copy.copying = true,
+                Message::CopyDone if copy.copying => {
+                    copy.copying = false;
+                    copy.copied = true;
                 }
                 Message::CommandComplete(_) | Message::EmptyQueryResponse => {}
                 Message::ErrorResponse(body) => {
-                    copying = false;
-                    failure.get_or_insert(server_error_from_fields(body.fields()));
+                    copy.copying = false;
+                    copy.failure
+                        .get_or_insert(server_error_from_fields(body.fields()));
                 }
                 Message::ParameterStatus(body) => self.record_parameter(&body)?,
                 Message::ReadyForQuery(_) => {
-                    ready += 1;
-                    if ready == queries {
-                        break;
+                    copy.ready += 1;
+                    if copy.ready == copy.queries {
+                        return copy.finish().map(|()| false);
                     }
                 }
                 _ => {
                     return Err(protocol(format!(
                         "unexpected message in the response to {}",
-                        command_name(sql)
+                        copy.command
                     )));
                 }
             }
         }
-        if let Some(server) = failure {
-            return Err(server_error(server, activity, context));
-        }
-        if let Some(e) = rejected {
-            return Err(e);
-        }
-        if !copied {
-            return Err(protocol(format!(
-                "{context}: the server did not send COPY data for {}",
-                command_name(sql)
-            )));
-        }
-        Ok(())
     }
 
     /// Runs `sql` with the simple-query protocol and collects every result in text form.

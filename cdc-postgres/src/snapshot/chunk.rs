@@ -4,9 +4,8 @@
 
 use cdc_core::{Error, Lsn, Row, quote_identifier};
 use cdc_pgoutput::protocol::ByteBlocks;
-use tokio_postgres::{Client, SimpleQueryMessage};
 
-use super::copy::{check_ended, columns_for_copy, next_decoded_row, sql_error};
+use super::copy::{check_ended, columns_for_copy, next_decoded_row};
 use super::copy_binary::CopyBinaryDecoder;
 use crate::catalog::CatalogTable;
 use crate::conn::sql_session::SqlSession;
@@ -319,28 +318,6 @@ pub(super) fn parse_snapshot(
         ))
     })?;
     Ok((snapshot.to_owned(), until))
-}
-
-/// [`snapshot_query`] on a tokio-postgres `client`, beginning the transaction: its
-/// snapshot and WAL position. One round trip.
-pub(super) async fn begin_with_snapshot(
-    client: &Client,
-    in_recovery: bool,
-    context: &str,
-) -> Result<(String, Lsn), Error> {
-    let messages = client
-        .simple_query(&snapshot_query(in_recovery, true))
-        .await
-        .map_err(sql_error(context))?;
-    let row = messages.iter().find_map(|m| match m {
-        SimpleQueryMessage::Row(row) => Some(row),
-        _ => None,
-    });
-    parse_snapshot(
-        row.and_then(|r| r.get(0)),
-        row.and_then(|r| r.get(1)),
-        context,
-    )
 }
 
 #[cfg(test)]

@@ -12,15 +12,13 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use cdc_core::{Error, Row, TableName, Value, quote_identifier};
-use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tokio_postgres::Client;
 
 use super::copy_binary::{CopyBinaryDecoder, FieldSpan, field};
 use crate::catalog::{CatalogTable, decodes_from_binary};
-use crate::conn::error::{Activity, from_tokio_postgres};
-use crate::conn::{ConnectionConfig, connect_sql};
+use crate::conn::ConnectionConfig;
+use crate::conn::sql_session::SqlSession;
 use cdc_pgoutput::protocol::{ByteBlocks, BytesView};
 use cdc_pgoutput::types::{self, TypeInfo};
 
@@ -187,10 +185,6 @@ pub fn spawn_workers(
     (rx, set)
 }
 
-pub(super) fn sql_error(context: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
-    move |e| from_tokio_postgres(e, Activity::Command, context)
-}
-
 async fn worker(
     connection: &ConnectionConfig,
     snapshot_name: &str,
@@ -198,19 +192,21 @@ async fn worker(
     queue: &Mutex<VecDeque<WorkItem>>,
     tx: &mpsc::Sender<CopyMessage>,
 ) -> Result<(), Error> {
-    let client = connect_sql(connection).await?;
-    client
-        .batch_execute(&format!(
-            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '{}'",
-            snapshot_name.replace('\'', "''")
-        ))
+    let mut session = SqlSession::connect(connection).await?;
+    session
+        .simple_query_in(
+            &format!(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '{}'",
+                snapshot_name.replace('\'', "''")
+            ),
+            "cannot import the slot's exported snapshot",
+        )
         .await
-        .map_err(|e| {
-            let gone = e.code() == Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE);
-            let error = from_tokio_postgres(e, Activity::Command, "cannot import the slot's exported snapshot");
-            if gone {
+        .map_err(|error| {
+            if error.server_error().is_some_and(|s| s.code == "22023") {
                 // The exporting session ended before this worker imported its snapshot
-                // ("invalid snapshot identifier"): the snapshot is taken again.
+                // ("invalid snapshot identifier", invalid_parameter_value): the snapshot
+                // is taken again.
                 Error::transient(
                     "the session that exported the snapshot ended before every copy worker imported it",
                 )
@@ -230,7 +226,7 @@ async fn worker(
         let Some(table) = tables.get(item.table) else {
             continue;
         };
-        let rows = copy_item(&client, table, &item, tx).await?;
+        let rows = copy_item(&mut session, table, &item, tx).await?;
         if tx
             .send(CopyMessage::ItemDone {
                 table: item.table,
@@ -242,49 +238,63 @@ async fn worker(
             return Ok(());
         }
     }
-    client
-        .batch_execute("COMMIT")
-        .await
-        .map_err(sql_error("cannot end the snapshot transaction"))?;
+    session
+        .simple_query_in("COMMIT", "cannot end the snapshot transaction")
+        .await?;
     Ok(())
 }
 
+/// Copies one work item on `session`, sending its rows on `tx` in messages of
+/// [`ROWS_PER_MESSAGE`] (a full channel holds the read back). Returns the rows copied
+/// (fewer when the receiver is gone).
 async fn copy_item(
-    client: &Client,
+    session: &mut SqlSession,
     table: &CatalogTable,
     item: &WorkItem,
     tx: &mpsc::Sender<CopyMessage>,
 ) -> Result<u64, Error> {
     let statement = copy_statement(table, item);
     let context = format!("COPY of {} failed", item.relation);
-    let stream = client
-        .copy_out(statement.as_str())
-        .await
-        .map_err(sql_error(&context))?;
-    futures::pin_mut!(stream);
+    let mut copy = session.begin_copy_out(&statement, None, &context).await?;
     let mut decoder = CopyBinaryDecoder::new(Some(table.column_types.len()));
     let mut blocks = ByteBlocks::new();
     let mut rows = Vec::with_capacity(ROWS_PER_MESSAGE);
+    let mut full = Vec::new();
     let mut count = 0u64;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(sql_error(&context))?;
-        decoder.feed(&chunk);
-        while let Some(row) = next_decoded_row(&mut decoder, table, &context, &mut blocks)? {
-            rows.push(row);
-            count += 1;
-            if rows.len() >= ROWS_PER_MESSAGE {
-                let full = std::mem::replace(&mut rows, Vec::with_capacity(ROWS_PER_MESSAGE));
-                if tx
-                    .send(CopyMessage::Rows {
-                        table: item.table,
-                        rows: full,
-                    })
-                    .await
-                    .is_err()
+    loop {
+        let more = session
+            .copy_data(&mut copy, |data| {
+                decoder.feed(data);
+                while let Some(row) = next_decoded_row(&mut decoder, table, &context, &mut blocks)?
                 {
-                    return Ok(count);
+                    rows.push(row);
+                    count += 1;
+                    if rows.len() >= ROWS_PER_MESSAGE {
+                        full.push(std::mem::replace(
+                            &mut rows,
+                            Vec::with_capacity(ROWS_PER_MESSAGE),
+                        ));
+                    }
                 }
+                Ok(())
+            })
+            .await?;
+        // What one read brought goes on before the next read: a full channel holds the
+        // COPY back (the server waits on its socket), so memory stays bounded.
+        for batch in full.drain(..) {
+            let sent = tx
+                .send(CopyMessage::Rows {
+                    table: item.table,
+                    rows: batch,
+                })
+                .await;
+            if sent.is_err() {
+                // Nobody takes the rows any more: the session is dropped mid-COPY.
+                return Ok(count);
             }
+        }
+        if !more {
+            break;
         }
     }
     check_ended(&decoder, &context)?;

@@ -12,22 +12,24 @@
 
 use cdc_core::{Error, Lsn, Row};
 use cdc_pgoutput::protocol::ByteBlocks;
-use futures::StreamExt;
-use tokio_postgres::{Client, CopyOutStream};
 
-use super::chunk::begin_with_snapshot;
-use super::copy::{check_ended, columns_for_copy, next_decoded_row, sql_error};
+use super::chunk::{parse_snapshot, snapshot_query};
+use super::copy::{check_ended, columns_for_copy, next_decoded_row};
 use super::copy_binary::CopyBinaryDecoder;
 use crate::catalog::CatalogTable;
+use crate::conn::sql_session::{CopyOut, SqlSession};
 
 /// A table being read whole under one snapshot.
 pub struct WholeTableRead {
-    client: Client,
-    stream: std::pin::Pin<Box<CopyOutStream>>,
+    session: SqlSession,
+    copy: CopyOut,
     decoder: CopyBinaryDecoder,
     /// Where the rows' kept bytes are copied.
     blocks: ByteBlocks,
     context: String,
+    /// The COPY and its transaction ended (its last rows may still wait in the decoder).
+    received_all: bool,
+    /// Every row was handed out.
     ended: bool,
 }
 
@@ -50,16 +52,22 @@ pub struct WholeTableStart {
 }
 
 impl WholeTableRead {
-    /// Begins reading `table` on `client` (an idle connection of its own, kept until the
-    /// read ends): a `REPEATABLE READ` transaction, its snapshot and position, and the
-    /// COPY of every row (through the root of a partitioned table).
-    pub async fn begin(
-        client: Client,
+    /// Begins reading `table` on `session` (an idle connection of its own, kept until
+    /// the read ends): a `REPEATABLE READ` transaction, its snapshot and position, and the
+    /// COPY of every row (through the root of a partitioned table), with the `COMMIT`
+    /// sent behind it.
+    pub(crate) async fn begin(
+        mut session: SqlSession,
         table: &CatalogTable,
         in_recovery: bool,
     ) -> Result<(Self, WholeTableStart), Error> {
         let context = format!("reading {} (no primary key) whole", table.schema.name);
-        let (snapshot, until) = begin_with_snapshot(&client, in_recovery, &context).await?;
+        let results = session
+            .simple_query_in(&snapshot_query(in_recovery, true), &context)
+            .await?;
+        let row = results.iter().find_map(|r| r.rows.first());
+        let value = |i: usize| row.and_then(|r| r.get(i)).and_then(|v| v.as_deref());
+        let (snapshot, until) = parse_snapshot(value(0), value(1), &context)?;
         let only = if table.partitions.is_empty() {
             "ONLY "
         } else {
@@ -72,17 +80,17 @@ impl WholeTableRead {
             table.schema.name
         );
         let statement = format!("COPY ({select}) TO STDOUT (FORMAT binary)");
-        let stream = client
-            .copy_out(statement.as_str())
-            .await
-            .map_err(sql_error(&context))?;
+        let copy = session
+            .begin_copy_out(&statement, Some("COMMIT"), &context)
+            .await?;
         Ok((
             WholeTableRead {
-                client,
-                stream: Box::pin(stream),
+                session,
+                copy,
                 decoder: CopyBinaryDecoder::new(Some(table.column_types.len())),
                 blocks: ByteBlocks::new(),
                 context,
+                received_all: false,
                 ended: false,
             },
             WholeTableStart { snapshot, until },
@@ -108,20 +116,23 @@ impl WholeTableRead {
             if rows.len() >= limit || self.ended {
                 return Ok(rows);
             }
-            match self.stream.next().await {
-                Some(chunk) => {
-                    let chunk = chunk.map_err(sql_error(&self.context))?;
-                    self.decoder.feed(&chunk);
-                }
-                None => {
-                    check_ended(&self.decoder, &self.context)?;
-                    self.client
-                        .batch_execute("COMMIT")
-                        .await
-                        .map_err(sql_error(&self.context))?;
-                    self.ended = true;
-                }
+            if self.received_all {
+                // Every row the COPY sent is decoded.
+                check_ended(&self.decoder, &self.context)?;
+                self.ended = true;
+                return Ok(rows);
             }
+            // One read's worth of COPY data at a time: the decoder holds at most that
+            // beyond the rows asked for.
+            let decoder = &mut self.decoder;
+            let more = self
+                .session
+                .copy_data(&mut self.copy, |data| {
+                    decoder.feed(data);
+                    Ok(())
+                })
+                .await?;
+            self.received_all = !more;
         }
     }
 

@@ -24,7 +24,7 @@ use cdc_pgoutput::backfill::merge::ChunkEnd;
 
 use super::super::backfill_progress::{ChunkRecord, Step};
 use super::{BackfillPhase, RETRY_DELAY};
-use crate::conn::connect_sql;
+use crate::conn::sql_session::SqlSession;
 use crate::snapshot::WholeTableRead;
 
 /// A table without a primary key being read whole.
@@ -82,8 +82,8 @@ impl BackfillPhase {
                 "internal: a backfilled table without a catalog entry",
             ));
         };
-        let begun = match connect_sql(&self.options.connection).await {
-            Ok(client) => WholeTableRead::begin(client, table, self.options.in_recovery).await,
+        let begun = match SqlSession::connect(&self.options.connection).await {
+            Ok(session) => WholeTableRead::begin(session, table, self.options.in_recovery).await,
             Err(e) => Err(e),
         };
         let (read, start) = match begun {
