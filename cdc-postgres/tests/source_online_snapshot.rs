@@ -446,6 +446,70 @@ async fn online_snapshot_completes_under_a_short_idle_in_transaction_timeout_and
     );
 }
 
+/// After a WAL switch on an idle server, the insert position is just past the next
+/// segment's page header, where no record ends: the stream never reports it. A chunk read
+/// there must still let the backfill finish (its merge window closes once the stream is
+/// at the page's start), so a stream given an end stops by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_on_an_idle_server_just_past_a_wal_page_header_finishes() {
+    let cluster = Cluster::new().await.unwrap();
+    cluster
+        .execute(
+            "CREATE TABLE public.a (id int PRIMARY KEY, v text);
+             CREATE TABLE public.b (id int PRIMARY KEY, v text);
+             INSERT INTO public.a SELECT g, 'a' || g FROM generate_series(1, 300) g;
+             INSERT INTO public.b SELECT g, 'b' || g FROM generate_series(1, 500) g;
+             CREATE PUBLICATION pub FOR TABLE public.a, public.b;",
+        )
+        .await
+        .unwrap();
+    let handle = MemoryHandle::default();
+    let mut running = spawn(online(&cluster, &["public.a"], 100), &handle);
+    running
+        .wait_for_equal(&cluster, &handle, &["public.a"], Duration::from_secs(60))
+        .await;
+    running.stop().await;
+    // Nothing left to write WAL while the next run reads: hint bits set everywhere, a
+    // checkpoint, then the switch.
+    cluster.execute("VACUUM").await.unwrap();
+    cluster.execute("CHECKPOINT").await.unwrap();
+    let client = cluster.connect("postgres").await.unwrap();
+    let before_switch: String = client
+        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let after_switch: String = client
+        .query_one(
+            "SELECT pg_switch_wal()::text, pg_current_wal_insert_lsn()::text",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(1);
+    drop(client);
+    let inserting: cdc_core::Lsn = after_switch.parse().unwrap();
+    assert_eq!(
+        inserting.0 % (16 << 20),
+        40,
+        "just past a segment's page header"
+    );
+    let from = handle.changes().len();
+    let mut options = online(&cluster, &["public.a", "public.b"], 100);
+    options.end_lsn = Some(before_switch.parse().unwrap());
+    let running = spawn(options, &handle);
+    // Other WAL comes eventually (the background writer logs running transactions every
+    // 15 s), which would end the wait: the stream must end well before.
+    let ended = tokio::time::timeout(Duration::from_secs(10), running.task)
+        .await
+        .expect("the stream never ended: the backfill stayed open on the idle server")
+        .expect("pipeline task panicked");
+    ended.expect("pipeline failed");
+    wait_for_snapshot_completed(&handle, from).await;
+    wait_for_equal(&cluster, &handle, &["public.a", "public.b"], Duration::ZERO).await;
+    assert_no_position_twice_and_no_anomaly(&handle);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_added_on_a_rerun_is_backfilled_alone() {
     let cluster = Cluster::new().await.unwrap();

@@ -79,22 +79,24 @@ impl SqlSession {
             .await
     }
 
-    /// Runs `sql`, a `COPY … TO STDOUT`, with `then` (e.g. `COMMIT`) sent right behind
-    /// it; read its data with [`Self::copy_data`]. Errors name `context`.
+    /// Runs `sql`, a `COPY … TO STDOUT`, with `before` (whose rows are kept) sent in
+    /// front of it and `then` (e.g. `COMMIT`) right behind it, in one write; read its data
+    /// with [`Self::copy_data`]. Errors name `context`.
     pub async fn begin_copy_out(
         &mut self,
+        before: Option<&str>,
         sql: &str,
         then: Option<&str>,
         context: &str,
     ) -> Result<CopyOut> {
         self.wire
-            .begin_copy_out(sql, then, Activity::Command, context)
+            .begin_copy_out(before, sql, then, Activity::Command, context)
             .await
     }
 
     /// Hands the COPY data that one read from the server brought to `data`; `false` once
-    /// the COPY (and the query sent behind it) ended — with an error if either failed
-    /// (see `Wire::copy_data`).
+    /// the COPY (and the queries sent with it) ended — with an error if any failed (see
+    /// `Wire::copy_data`).
     pub async fn copy_data(
         &mut self,
         copy: &mut CopyOut,
@@ -103,17 +105,19 @@ impl SqlSession {
         self.wire.copy_data(copy, data).await
     }
 
-    /// Runs `sql`, a `COPY … TO STDOUT`, to its end with `then` sent behind it, handing
-    /// all of its data to `data`.
+    /// Runs `sql`, a `COPY … TO STDOUT`, to its end with `before` and `then` sent with
+    /// it (see [`Self::begin_copy_out`]), handing all of its data to `data`. Returns the
+    /// rows of `before`, in text form.
     pub async fn copy_out(
         &mut self,
+        before: Option<&str>,
         sql: &str,
         then: Option<&str>,
         context: &str,
         mut data: impl FnMut(&[u8]) -> Result<()>,
-    ) -> Result<()> {
-        let mut copy = self.begin_copy_out(sql, then, context).await?;
+    ) -> Result<Vec<Vec<Option<String>>>> {
+        let mut copy = self.begin_copy_out(before, sql, then, context).await?;
         while self.copy_data(&mut copy, &mut data).await? {}
-        Ok(())
+        Ok(copy.take_rows())
     }
 }

@@ -63,9 +63,13 @@ pub(crate) struct CopyOut {
     command: String,
     context: String,
     activity: Activity,
+    /// Which query is the COPY (0, or 1 behind a query whose rows are kept).
+    copy_index: usize,
     /// Queries sent, and the ReadyForQuery messages received for them.
     queries: usize,
     ready: usize,
+    /// The rows of the query before the COPY, in text form.
+    rows: Vec<Vec<Option<String>>>,
     /// Between CopyOutResponse and CopyDone; CopyDone seen.
     copying: bool,
     copied: bool,
@@ -75,6 +79,11 @@ pub(crate) struct CopyOut {
 }
 
 impl CopyOut {
+    /// The rows the query sent before the COPY returned (in text form), once read.
+    pub(crate) fn take_rows(&mut self) -> Vec<Vec<Option<String>>> {
+        std::mem::take(&mut self.rows)
+    }
+
     /// The outcome once the server is ready after every query.
     fn finish(&mut self) -> Result<()> {
         if let Some(server) = self.failure.take() {
@@ -398,30 +407,34 @@ impl Wire {
         Ok(())
     }
 
-    /// Sends `sql`, a `COPY … TO STDOUT`, with the simple-query protocol, and `then`,
-    /// when given, right behind it as a query of its own (e.g. the `COMMIT` of the COPY's
-    /// transaction), saving a round trip. The response is read with
-    /// [`Self::copy_data`] until it returns `false`.
+    /// Sends `sql`, a `COPY … TO STDOUT`, with the simple-query protocol: `before`, when
+    /// given, in front of it as a query of its own (its rows are kept, see
+    /// [`CopyOut::take_rows`]), and `then` right behind it (e.g. the `COMMIT` of the
+    /// COPY's transaction) — all in one write, so the server runs them back to back
+    /// without waiting for this side. The response is read with [`Self::copy_data`]
+    /// until it returns `false`.
     pub(crate) async fn begin_copy_out(
         &mut self,
+        before: Option<&str>,
         sql: &str,
         then: Option<&str>,
         activity: Activity,
         context: &str,
     ) -> Result<CopyOut> {
-        frontend::query(sql, &mut self.wbuf)
-            .map_err(|e| Error::config(format!("invalid command: {e}")))?;
-        if let Some(then) = then {
-            frontend::query(then, &mut self.wbuf)
+        for query in before.into_iter().chain([sql]).chain(then) {
+            frontend::query(query, &mut self.wbuf)
                 .map_err(|e| Error::config(format!("invalid command: {e}")))?;
         }
         self.flush().await?;
+        let copy_index = usize::from(before.is_some());
         Ok(CopyOut {
             command: command_name(sql).to_owned(),
             context: context.to_owned(),
             activity,
-            queries: if then.is_some() { 2 } else { 1 },
+            copy_index,
+            queries: copy_index + 1 + usize::from(then.is_some()),
             ready: 0,
+            rows: Vec::new(),
             copying: false,
             copied: false,
             failure: None,
@@ -481,7 +494,13 @@ impl Wire {
                 }
             };
             match message {
-                Message::CopyOutResponse(_) if copy.ready == 0 => copy.copying = true,
+                Message::RowDescription(_) if copy.ready < copy.copy_index => {}
+                Message::DataRow(body) if copy.ready < copy.copy_index => {
+                    copy.rows.push(text_row(&body)?);
+                }
+                Message::CopyOutResponse(_) if copy.ready == copy.copy_index => {
+                    copy.copying = true;
+                }
                 Message::CopyDone if copy.copying => {
                     copy.copying = false;
                     copy.copied = true;

@@ -234,40 +234,33 @@ pub(crate) async fn read_chunk(
 ) -> Result<ChunkRead, Error> {
     let select = chunk_query(table, after, upto, limit)?;
     let context = format!("reading a chunk of {}", table.schema.name);
-    // Two round trips a chunk: the transaction's start with its snapshot, then the COPY
-    // with the COMMIT sent right behind it. Each wait for the server is a wake-up of
-    // this task and of the backend, which on a busy machine costs more than the query.
-    let started = session
-        .simple_query_in(&snapshot_query(in_recovery, true), &context)
-        .await
-        .and_then(|results| {
-            let row = results.iter().find_map(|r| r.rows.first());
-            let value = |i: usize| row.and_then(|r| r.get(i)).and_then(|v| v.as_deref());
-            parse_snapshot(value(0), value(1), &context)
-        });
-    let (snapshot, until) = match started {
-        Ok(started) => started,
-        Err(e) => {
-            let _ = session.simple_query("ROLLBACK").await;
-            return Err(e);
-        }
-    };
+    // One round trip a chunk: the transaction's start with its snapshot, the COPY and the
+    // COMMIT go in one write (the COPY runs in the transaction the first query began, so
+    // under its snapshot). Each wait for the server is a wake-up of this task and of the
+    // backend, which on a busy machine costs more than the query. The COMMIT ends the
+    // transaction whatever happened (after an error it rolls back).
     let statement = format!("COPY ({select}) TO STDOUT (FORMAT binary)");
     let mut decoder = CopyBinaryDecoder::new(Some(table.column_types.len()));
     let mut blocks = ByteBlocks::new();
     // Sized for the whole chunk up front: growing a vector of rows copies it each time.
     let mut rows = Vec::with_capacity(limit.min(1 << 16));
-    // The COMMIT ends the transaction whatever the read found (it only read; after an
-    // error it rolls back); the server takes it once the COPY's rows are sent.
-    session
-        .copy_out(&statement, Some("COMMIT"), &context, |data| {
-            decoder.feed(data);
-            while let Some(row) = next_decoded_row(&mut decoder, table, &context, &mut blocks)? {
-                rows.push(row);
-            }
-            Ok(())
-        })
+    let begun = session
+        .copy_out(
+            Some(&snapshot_query(in_recovery, true)),
+            &statement,
+            Some("COMMIT"),
+            &context,
+            |data| {
+                decoder.feed(data);
+                while let Some(row) = next_decoded_row(&mut decoder, table, &context, &mut blocks)?
+                {
+                    rows.push(row);
+                }
+                Ok(())
+            },
+        )
         .await?;
+    let (snapshot, until) = parse_snapshot(begun.first().map(Vec::as_slice), &context)?;
     check_ended(&decoder, &context)?;
     let complete = upto.is_none() && rows.len() < limit;
     let cut_short = upto.is_some() && rows.len() >= range_cap(limit);
@@ -284,7 +277,7 @@ pub(crate) async fn read_chunk(
 /// and returns its snapshot (`pg_current_snapshot()` as text) and the WAL position read
 /// right after the snapshot was taken — the insert position, or on a standby
 /// (`in_recovery`) the replay position: every transaction the snapshot sees committed
-/// before it. See [`parse_snapshot`].
+/// before it — and the WAL page and segment sizes. See [`parse_snapshot`].
 pub(super) fn snapshot_query(in_recovery: bool, begin: bool) -> String {
     // The first statement of the transaction takes its snapshot; the WAL position is
     // read in the same statement, after it.
@@ -298,16 +291,32 @@ pub(super) fn snapshot_query(in_recovery: bool, begin: bool) -> String {
     } else {
         ""
     };
-    format!("{begin}SELECT pg_current_snapshot()::text, {position}::text")
+    format!(
+        "{begin}SELECT pg_current_snapshot()::text, {position}::text, \
+         current_setting('wal_block_size'), pg_size_bytes(current_setting('wal_segment_size'))"
+    )
 }
 
-/// The snapshot and WAL position [`snapshot_query`] returned (its two text columns).
+/// The size of a WAL page's header (64-bit builds: 8-byte alignment), and of the longer
+/// one on the first page of a segment.
+const SHORT_PAGE_HEADER: u64 = 24;
+const LONG_PAGE_HEADER: u64 = 40;
+
+/// The snapshot and WAL position in the row [`snapshot_query`] returned.
+///
+/// An insert position just past a page header (nothing was inserted on the page yet:
+/// the last record ended at the page's start) is taken back to the page's start, where
+/// that record ended. No record ends there (a record's tail continued onto the page is at
+/// least 8 bytes long, and whole records at least 24), so every commit the snapshot sees
+/// still ends at or before the position. Otherwise, on an idle server, the stream —
+/// which reports where records end — would never pass the position, and the chunk's merge
+/// window, and so the backfill, would stay open until other WAL came.
 pub(super) fn parse_snapshot(
-    snapshot: Option<&str>,
-    until: Option<&str>,
+    row: Option<&[Option<String>]>,
     context: &str,
 ) -> Result<(String, Lsn), Error> {
-    let (Some(snapshot), Some(until_text)) = (snapshot, until) else {
+    let value = |i: usize| row.and_then(|r| r.get(i)).and_then(|v| v.as_deref());
+    let (Some(snapshot), Some(until_text)) = (value(0), value(1)) else {
         return Err(Error::protocol(format!(
             "{context}: the server returned no snapshot or WAL position (a standby that has replayed nothing yet?)"
         )));
@@ -317,12 +326,61 @@ pub(super) fn parse_snapshot(
             "{context}: the server reported WAL position {until_text:?}"
         ))
     })?;
-    Ok((snapshot.to_owned(), until))
+    let size = |i: usize| value(i).and_then(|v| v.trim().parse::<u64>().ok());
+    Ok((snapshot.to_owned(), record_end(until, size(2), size(3))))
+}
+
+/// `position` taken back to its page's start when it lies just past the page's header
+/// (see [`parse_snapshot`]); `page` and `segment`: the WAL page and segment sizes, when
+/// known.
+fn record_end(position: Lsn, page: Option<u64>, segment: Option<u64>) -> Lsn {
+    let (Some(page), Some(segment)) = (page, segment) else {
+        return position;
+    };
+    if !page.is_power_of_two() || !segment.is_power_of_two() || segment < page {
+        return position;
+    }
+    let header = if position.0 % segment == LONG_PAGE_HEADER {
+        LONG_PAGE_HEADER
+    } else if position.0 % page == SHORT_PAGE_HEADER && position.0 % segment != SHORT_PAGE_HEADER {
+        SHORT_PAGE_HEADER
+    } else {
+        return position;
+    };
+    Lsn(position.0 - header)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_position_just_past_a_page_header_is_the_page_start() {
+        let (page, segment) = (Some(8192), Some(16 << 20));
+        let end = |lsn: u64| record_end(Lsn(lsn), page, segment);
+        // Past the short header of a page, and past the long one of a segment's first.
+        assert_eq!(end(0x10C6_4018), Lsn(0x10C6_4000));
+        assert_eq!(end(0x1100_0028), Lsn(0x1100_0000));
+        // A record's end: at a page start, a continued record's tail (page + 32 or + 40
+        // on a page with the short header), anywhere else.
+        assert_eq!(end(0x10C6_4000), Lsn(0x10C6_4000));
+        assert_eq!(end(0x10C6_4020), Lsn(0x10C6_4020));
+        assert_eq!(end(0x10C6_4028), Lsn(0x10C6_4028));
+        assert_eq!(end(0x10C6_3FC8), Lsn(0x10C6_3FC8));
+        assert_eq!(end(0x1100_0030), Lsn(0x1100_0030));
+        // Other sizes: their own boundaries only.
+        assert_eq!(record_end(Lsn(0x2018), Some(16384), segment), Lsn(0x2018));
+        assert_eq!(record_end(Lsn(0x4018), Some(16384), segment), Lsn(0x4000));
+        assert_eq!(
+            record_end(Lsn(0x0100_0028), page, Some(1 << 20)),
+            Lsn(0x0100_0000)
+        );
+        // Unknown or impossible sizes: unchanged.
+        assert_eq!(record_end(Lsn(0x4018), None, segment), Lsn(0x4018));
+        assert_eq!(record_end(Lsn(0x4018), page, None), Lsn(0x4018));
+        assert_eq!(record_end(Lsn(0x4018), Some(0), segment), Lsn(0x4018));
+        assert_eq!(record_end(Lsn(0x4018), Some(3000), segment), Lsn(0x4018));
+    }
 
     #[test]
     fn literals_survive_quotes_and_backslashes() {

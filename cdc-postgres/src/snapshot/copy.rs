@@ -255,7 +255,9 @@ async fn copy_item(
 ) -> Result<u64, Error> {
     let statement = copy_statement(table, item);
     let context = format!("COPY of {} failed", item.relation);
-    let mut copy = session.begin_copy_out(&statement, None, &context).await?;
+    let mut copy = session
+        .begin_copy_out(None, &statement, None, &context)
+        .await?;
     let mut decoder = CopyBinaryDecoder::new(Some(table.column_types.len()));
     let mut blocks = ByteBlocks::new();
     let mut rows = Vec::with_capacity(ROWS_PER_MESSAGE);

@@ -66,8 +66,7 @@ impl WholeTableRead {
             .simple_query_in(&snapshot_query(in_recovery, true), &context)
             .await?;
         let row = results.iter().find_map(|r| r.rows.first());
-        let value = |i: usize| row.and_then(|r| r.get(i)).and_then(|v| v.as_deref());
-        let (snapshot, until) = parse_snapshot(value(0), value(1), &context)?;
+        let (snapshot, until) = parse_snapshot(row.map(Vec::as_slice), &context)?;
         let only = if table.partitions.is_empty() {
             "ONLY "
         } else {
@@ -81,7 +80,7 @@ impl WholeTableRead {
         );
         let statement = format!("COPY ({select}) TO STDOUT (FORMAT binary)");
         let copy = session
-            .begin_copy_out(&statement, Some("COMMIT"), &context)
+            .begin_copy_out(None, &statement, Some("COMMIT"), &context)
             .await?;
         Ok((
             WholeTableRead {

@@ -484,14 +484,11 @@ impl PgSource {
                 && let Some(backfill) = self.backfill.as_mut()
                 && backfill.round_ready()
             {
+                // The next round starts as soon as this one is placed (see
+                // `finish_round`), not once these rows went out.
                 let mut out = VecDeque::new();
                 backfill.finish_round(&mut out).await?;
                 self.pending.extend(out.into_iter().map(Pending::Event));
-                // The next round starts now, not once these rows went out (the sink
-                // takes them batch by batch, and each chunk ends a batch).
-                if backfill.wants_chunk() && backfill.optimistic() {
-                    backfill.start_round().await?;
-                }
                 continue;
             }
             let room = self.pending.len() < self.options.config.batch.max_events;

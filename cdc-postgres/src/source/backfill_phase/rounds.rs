@@ -210,8 +210,20 @@ impl BackfillPhase {
     }
 
     /// Waits for the background round and places its chunks (at the current anchor: the
-    /// caller is between two transactions).
+    /// caller is between two transactions), then starts the next round in the background
+    /// when one is due and may run while the stream goes on ([`Self::optimistic`]): the
+    /// readers go on at once, while these rows are queued and sent (the sink takes them
+    /// batch by batch, and each chunk ends a batch).
     pub(crate) async fn finish_round(&mut self, out: &mut VecDeque<ChangeEvent>) -> Result<()> {
+        self.place_round(out).await?;
+        if self.optimistic && self.wants_chunk() {
+            self.start_round().await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the background round and places its chunks.
+    async fn place_round(&mut self, out: &mut VecDeque<ChangeEvent>) -> Result<()> {
         let Some(handle) = self.in_flight.take() else {
             return Ok(());
         };
@@ -328,7 +340,7 @@ impl BackfillPhase {
     /// later; others are returned.
     pub(crate) async fn read_round(&mut self, out: &mut VecDeque<ChangeEvent>) -> Result<()> {
         self.start_round().await?;
-        self.finish_round(out).await
+        self.place_round(out).await
     }
 }
 
