@@ -17,6 +17,7 @@ pub mod conn;
 pub mod metrics;
 pub mod snapshot;
 pub mod source;
+mod wal_page;
 
 /// The protocol crate this source decodes with (types such as
 /// [`pgoutput::changes::MessageFilter`] appear in [`source::PgSourceOptions`]).

@@ -446,13 +446,15 @@ async fn online_snapshot_completes_under_a_short_idle_in_transaction_timeout_and
     );
 }
 
-/// After a WAL switch on an idle server, the insert position is just past the next
-/// segment's page header, where no record ends: the stream never reports it. A chunk read
-/// there must still let the backfill finish (its merge window closes once the stream is
-/// at the page's start), so a stream given an end stops by itself.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backfill_on_an_idle_server_just_past_a_wal_page_header_finishes() {
-    let cluster = Cluster::new().await.unwrap();
+/// Copies `public.a` of a new cluster (tables `a` and `b`, both published), stops, then
+/// leaves the server idle just past a WAL page header: hint bits set everywhere, a
+/// checkpoint, then a WAL switch (the insert position is then just past the next
+/// segment's page header, where no record ends: the stream never reports it). Returns the
+/// insert positions before and after the switch.
+async fn idle_just_past_a_wal_page_header(
+    cluster: &Cluster,
+    handle: &MemoryHandle,
+) -> (cdc_core::Lsn, cdc_core::Lsn) {
     cluster
         .execute(
             "CREATE TABLE public.a (id int PRIMARY KEY, v text);
@@ -463,23 +465,21 @@ async fn a_backfill_on_an_idle_server_just_past_a_wal_page_header_finishes() {
         )
         .await
         .unwrap();
-    let handle = MemoryHandle::default();
-    let mut running = spawn(online(&cluster, &["public.a"], 100), &handle);
+    let mut running = spawn(online(cluster, &["public.a"], 100), handle);
     running
-        .wait_for_equal(&cluster, &handle, &["public.a"], Duration::from_secs(60))
+        .wait_for_equal(cluster, handle, &["public.a"], Duration::from_secs(60))
         .await;
+    wait_for_snapshot_completed(handle, 0).await;
     running.stop().await;
-    // Nothing left to write WAL while the next run reads: hint bits set everywhere, a
-    // checkpoint, then the switch.
     cluster.execute("VACUUM").await.unwrap();
     cluster.execute("CHECKPOINT").await.unwrap();
     let client = cluster.connect("postgres").await.unwrap();
-    let before_switch: String = client
+    let before: String = client
         .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
         .await
         .unwrap()
         .get(0);
-    let after_switch: String = client
+    let after: String = client
         .query_one(
             "SELECT pg_switch_wal()::text, pg_current_wal_insert_lsn()::text",
             &[],
@@ -487,27 +487,56 @@ async fn a_backfill_on_an_idle_server_just_past_a_wal_page_header_finishes() {
         .await
         .unwrap()
         .get(1);
-    drop(client);
-    let inserting: cdc_core::Lsn = after_switch.parse().unwrap();
+    let after: cdc_core::Lsn = after.parse().unwrap();
     assert_eq!(
-        inserting.0 % (16 << 20),
+        after.0 % (16 << 20),
         40,
         "just past a segment's page header"
     );
+    (before.parse().unwrap(), after)
+}
+
+/// Waits for a stream given an end to stop by itself, well before other WAL comes (the
+/// background writer logs running transactions every 15 s, which would end the wait).
+async fn ends_by_itself(running: Running, what: &str) {
+    tokio::time::timeout(Duration::from_secs(10), running.task)
+        .await
+        .unwrap_or_else(|_| panic!("the stream never ended: {what}"))
+        .expect("pipeline task panicked")
+        .expect("pipeline failed");
+}
+
+/// A chunk read on an idle server just past a WAL page header must still let the
+/// backfill finish (its merge window closes once the stream is at the page's start), so a
+/// stream given an end stops by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_on_an_idle_server_just_past_a_wal_page_header_finishes() {
+    let cluster = Cluster::new().await.unwrap();
+    let handle = MemoryHandle::default();
+    let (before_switch, _) = idle_just_past_a_wal_page_header(&cluster, &handle).await;
     let from = handle.changes().len();
     let mut options = online(&cluster, &["public.a", "public.b"], 100);
-    options.end_lsn = Some(before_switch.parse().unwrap());
-    let running = spawn(options, &handle);
-    // Other WAL comes eventually (the background writer logs running transactions every
-    // 15 s), which would end the wait: the stream must end well before.
-    let ended = tokio::time::timeout(Duration::from_secs(10), running.task)
-        .await
-        .expect("the stream never ended: the backfill stayed open on the idle server")
-        .expect("pipeline task panicked");
-    ended.expect("pipeline failed");
+    options.end_lsn = Some(before_switch);
+    ends_by_itself(
+        spawn(options, &handle),
+        "the backfill stayed open on the idle server",
+    )
+    .await;
     wait_for_snapshot_completed(&handle, from).await;
     wait_for_equal(&cluster, &handle, &["public.a", "public.b"], Duration::ZERO).await;
     assert_no_position_twice_and_no_anomaly(&handle);
+}
+
+/// An end given as the insert position just past a WAL page header is reached on an
+/// idle server (where the stream reports the page's start).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_just_past_a_wal_page_header_is_reached_on_an_idle_server() {
+    let cluster = Cluster::new().await.unwrap();
+    let handle = MemoryHandle::default();
+    let (_, after_switch) = idle_just_past_a_wal_page_header(&cluster, &handle).await;
+    let mut options = online(&cluster, &["public.a"], 100);
+    options.end_lsn = Some(after_switch);
+    ends_by_itself(spawn(options, &handle), "its end was never reached").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,7 @@ use super::copy::{check_ended, columns_for_copy, next_decoded_row};
 use super::copy_binary::CopyBinaryDecoder;
 use crate::catalog::CatalogTable;
 use crate::conn::sql_session::SqlSession;
+use crate::wal_page::record_end;
 
 /// What one chunk read returned.
 #[derive(Debug)]
@@ -297,11 +298,6 @@ pub(super) fn snapshot_query(in_recovery: bool, begin: bool) -> String {
     )
 }
 
-/// The size of a WAL page's header (64-bit builds: 8-byte alignment), and of the longer
-/// one on the first page of a segment.
-const SHORT_PAGE_HEADER: u64 = 24;
-const LONG_PAGE_HEADER: u64 = 40;
-
 /// The snapshot and WAL position in the row [`snapshot_query`] returned.
 ///
 /// An insert position just past a page header (nothing was inserted on the page yet:
@@ -330,57 +326,9 @@ pub(super) fn parse_snapshot(
     Ok((snapshot.to_owned(), record_end(until, size(2), size(3))))
 }
 
-/// `position` taken back to its page's start when it lies just past the page's header
-/// (see [`parse_snapshot`]); `page` and `segment`: the WAL page and segment sizes, when
-/// known.
-fn record_end(position: Lsn, page: Option<u64>, segment: Option<u64>) -> Lsn {
-    let (Some(page), Some(segment)) = (page, segment) else {
-        return position;
-    };
-    if !page.is_power_of_two() || !segment.is_power_of_two() || segment < page {
-        return position;
-    }
-    let header = if position.0 % segment == LONG_PAGE_HEADER {
-        LONG_PAGE_HEADER
-    } else if position.0 % page == SHORT_PAGE_HEADER && position.0 % segment != SHORT_PAGE_HEADER {
-        SHORT_PAGE_HEADER
-    } else {
-        return position;
-    };
-    Lsn(position.0 - header)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_position_just_past_a_page_header_is_the_page_start() {
-        let (page, segment) = (Some(8192), Some(16 << 20));
-        let end = |lsn: u64| record_end(Lsn(lsn), page, segment);
-        // Past the short header of a page, and past the long one of a segment's first.
-        assert_eq!(end(0x10C6_4018), Lsn(0x10C6_4000));
-        assert_eq!(end(0x1100_0028), Lsn(0x1100_0000));
-        // A record's end: at a page start, a continued record's tail (page + 32 or + 40
-        // on a page with the short header), anywhere else.
-        assert_eq!(end(0x10C6_4000), Lsn(0x10C6_4000));
-        assert_eq!(end(0x10C6_4020), Lsn(0x10C6_4020));
-        assert_eq!(end(0x10C6_4028), Lsn(0x10C6_4028));
-        assert_eq!(end(0x10C6_3FC8), Lsn(0x10C6_3FC8));
-        assert_eq!(end(0x1100_0030), Lsn(0x1100_0030));
-        // Other sizes: their own boundaries only.
-        assert_eq!(record_end(Lsn(0x2018), Some(16384), segment), Lsn(0x2018));
-        assert_eq!(record_end(Lsn(0x4018), Some(16384), segment), Lsn(0x4000));
-        assert_eq!(
-            record_end(Lsn(0x0100_0028), page, Some(1 << 20)),
-            Lsn(0x0100_0000)
-        );
-        // Unknown or impossible sizes: unchanged.
-        assert_eq!(record_end(Lsn(0x4018), None, segment), Lsn(0x4018));
-        assert_eq!(record_end(Lsn(0x4018), page, None), Lsn(0x4018));
-        assert_eq!(record_end(Lsn(0x4018), Some(0), segment), Lsn(0x4018));
-        assert_eq!(record_end(Lsn(0x4018), Some(3000), segment), Lsn(0x4018));
-    }
 
     #[test]
     fn literals_survive_quotes_and_backslashes() {

@@ -18,6 +18,7 @@ use crate::conn::{
     SnapshotAction, SnapshotMode, check_resume, connect_sql, preflight,
 };
 use crate::snapshot::copy;
+use crate::wal_page::{parse_size, record_end};
 use cdc_pgoutput::changes::{ChangeAssembler, TableRouting};
 use cdc_pgoutput::protocol::pgoutput::ProtocolVersion;
 use cdc_pgoutput::types::TypeRegistry;
@@ -79,6 +80,14 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
         .clone()
         .unwrap_or_else(|| config.connection.dbname.clone());
     let identity = system.identity(&database, &source.slot);
+    if let Some(end) = source.options.end_lsn {
+        // An end given as an insert position just past a WAL page header would never be
+        // reached on an idle server (see `wal_page`): taken back to the page's start.
+        let page = repl.show("wal_block_size").await.ok();
+        let segment = repl.show("wal_segment_size").await.ok();
+        let size = |shown: Option<String>| shown.as_deref().and_then(parse_size);
+        source.options.end_lsn = Some(record_end(end, size(page), size(segment)));
+    }
     if let Some(token) = resume {
         let covered = token
             .commit_end
