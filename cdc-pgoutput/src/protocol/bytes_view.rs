@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 /// Size of the blocks [`ByteBlocks`] copies kept bytes into.
 const BLOCK_SIZE: usize = 32 * 1024;
 
-/// Copies of kept bytes, packed into shared blocks of [`BLOCK_SIZE`] bytes.
+/// Copies of kept bytes, packed into shared blocks of 32 KiB.
 ///
 /// Rows decoded on one thread and dropped on another: a copy of each kept value in an
 /// allocation of its own costs a `malloc` here and a `free` there, which the allocator's
