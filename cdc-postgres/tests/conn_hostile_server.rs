@@ -438,3 +438,199 @@ mod conn {
         }
     }
 }
+
+/// The snapshot's COPY reads (our own protocol code, rows handed on straight off the read
+/// buffer) against a server that splits, garbles or breaks off the COPY data.
+mod copy {
+    use std::sync::Arc;
+
+    use cdc_core::{ColumnSchema, ColumnType, ReplicaIdentity, Row, TableName, TableSchema, Value};
+    use cdc_postgres::catalog::CatalogTable;
+    use cdc_postgres::pgoutput::types::TypeInfo;
+    use cdc_postgres::snapshot::copy::{CopyMessage, WorkItem, spawn_workers};
+
+    use super::*;
+
+    /// `public.t (id int4)`.
+    fn table() -> Arc<Vec<CatalogTable>> {
+        let name = TableName::parse("public.t").unwrap();
+        Arc::new(vec![CatalogTable {
+            schema: Arc::new(TableSchema {
+                name,
+                relation_id: 1,
+                columns: vec![ColumnSchema {
+                    name: "id".into(),
+                    column_type: ColumnType {
+                        oid: 23,
+                        modifier: -1,
+                        name: Some("pg_catalog.int4".into()),
+                    },
+                    nullable: false,
+                    part_of_key: true,
+                    generated: false,
+                }],
+                replica_identity: ReplicaIdentity::Default,
+                primary_key: vec!["id".into()],
+            }),
+            column_types: vec![TypeInfo::builtin(23)],
+            estimated_rows: 0,
+            pages: 0,
+            partitions: Vec::new(),
+            key_collations: Vec::new(),
+        }])
+    }
+
+    /// Binary COPY data of `ids` (one int4 column), header and trailer included.
+    fn copy_data(ids: &[i32]) -> Vec<u8> {
+        let mut out = b"PGCOPY\n\xff\r\n\0".to_vec();
+        out.extend_from_slice(&[0; 8]);
+        for id in ids {
+            out.extend_from_slice(&1i16.to_be_bytes());
+            out.extend_from_slice(&4i32.to_be_bytes());
+            out.extend_from_slice(&id.to_be_bytes());
+        }
+        out.extend_from_slice(&(-1i16).to_be_bytes());
+        out
+    }
+
+    /// CopyOutResponse: binary, one binary column.
+    fn copy_out_response() -> Vec<u8> {
+        message(b'H', &[1, 0, 1, 0, 1])
+    }
+
+    /// Copies `public.t` with one worker from a server running `script` once the COPY
+    /// was asked for; the rows, or the error the worker reported. Bounded by [`BOUND`].
+    async fn copy_from<F, Fut>(script: F) -> Result<Vec<Row>, Error>
+    where
+        F: FnOnce(Peer) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let config = hostile(|mut peer| async move {
+            peer.startup().await;
+            peer.accept_login().await;
+            peer.serve_queries(|sql| sql.starts_with("COPY")).await;
+            script(peer).await;
+        })
+        .await;
+        let item = WorkItem {
+            table: 0,
+            relation: TableName::parse("public.t").unwrap(),
+            pages: None,
+        };
+        let (mut rx, _workers) =
+            spawn_workers(config, "00000003-1".into(), table(), vec![item], 1, 4);
+        let read = async {
+            let mut rows = Vec::new();
+            while let Some(message) = rx.recv().await {
+                match message {
+                    CopyMessage::Rows { rows: more, .. } => rows.extend(more),
+                    CopyMessage::ItemDone { .. } => return Ok(rows),
+                    CopyMessage::Failed(e) => return Err(e),
+                }
+            }
+            panic!("the copy worker ended without a word");
+        };
+        tokio::time::timeout(BOUND, read)
+            .await
+            .unwrap_or_else(|_| panic!("the copy hung (nothing within {BOUND:?})"))
+    }
+
+    #[tokio::test]
+    async fn copy_data_sent_a_byte_at_a_time_in_odd_messages_is_read_whole() {
+        let ids: Vec<i32> = (1..=50).map(|i| i * 7 - 300).collect();
+        let expected = ids.clone();
+        let rows = copy_from(move |mut peer| async move {
+            let data = copy_data(&ids);
+            let mut out = copy_out_response();
+            // Messages that cut rows (and the header) anywhere, of 1 to 13 bytes.
+            let mut at = 0;
+            for size in (1..=13).cycle() {
+                if at >= data.len() {
+                    break;
+                }
+                let end = (at + size).min(data.len());
+                out.extend(message(b'd', &data[at..end]));
+                at = end;
+            }
+            out.extend(message(b'c', &[]));
+            out.extend(command_complete("COPY 50"));
+            out.extend(ready());
+            // Every byte in a write of its own, a moment apart: the client's reads end
+            // inside messages, at every offset.
+            for byte in out {
+                peer.send(&[byte]).await;
+                tokio::time::sleep(Duration::from_micros(300)).await;
+            }
+            peer.serve_queries(|_| false).await;
+        })
+        .await
+        .unwrap();
+        let got: Vec<i32> = rows
+            .iter()
+            .map(|row| match row.first() {
+                Some(Value::Int4(v)) => *v,
+                other => panic!("not an int4: {other:?}"),
+            })
+            .collect();
+        assert_eq!(got, expected);
+    }
+
+    #[tokio::test]
+    async fn a_copy_data_length_over_the_cap_is_a_protocol_error() {
+        let error = copy_from(|mut peer| async move {
+            let mut out = copy_out_response();
+            // A 2 GiB CopyData announced, then silence with the connection open.
+            out.extend([b'd', 0x7f, 0xff, 0xff, 0xff, 0, 0]);
+            peer.send(&out).await;
+            peer.linger().await;
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Protocol, "{error}");
+        let text = error.to_string();
+        assert!(text.contains("CopyData"), "names the type: {text}");
+        assert!(text.contains("2147483647"), "names the length: {text}");
+    }
+
+    #[tokio::test]
+    async fn an_error_in_the_middle_of_the_copy_is_the_servers_error() {
+        let error = copy_from(|mut peer| async move {
+            let mut out = copy_out_response();
+            let data = copy_data(&[1, 2, 3]);
+            out.extend(message(b'd', &data[..30]));
+            out.extend(message(
+                b'E',
+                b"SERROR\0C57014\0Mcanceling statement due to user request\0\0",
+            ));
+            out.extend(ready());
+            peer.send(&out).await;
+            peer.serve_queries(|_| false).await;
+        })
+        .await
+        .unwrap_err();
+        let server = error
+            .server_error()
+            .expect("the server's error is the source");
+        assert_eq!(server.code, "57014", "{error}");
+        assert!(error.to_string().contains("COPY of public.t"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn copy_data_that_ends_without_its_trailer_is_an_error() {
+        let error = copy_from(|mut peer| async move {
+            let mut out = copy_out_response();
+            let data = copy_data(&[1, 2, 3]);
+            // The rows, but not the trailer, then a clean end of the COPY.
+            out.extend(message(b'd', &data[..data.len() - 2]));
+            out.extend(message(b'c', &[]));
+            out.extend(command_complete("COPY 3"));
+            out.extend(ready());
+            peer.send(&out).await;
+            peer.serve_queries(|_| false).await;
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Protocol, "{error}");
+        assert!(error.to_string().contains("trailer"), "{error}");
+    }
+}

@@ -462,27 +462,26 @@ impl Wire {
             // The rows: CopyData handed on where it lies in the buffer.
             let header = frame::header(&self.rbuf, self.phase)
                 .map_err(|e| protocol(format!("the server at {} sent {e}", self.target)))?;
-            let complete = header.is_some_and(|(_, len)| self.rbuf.len() > len);
-            match header {
-                Some((COPY_DATA_TAG, len)) if copy.copying && complete => {
-                    let payload = self.rbuf.get(frame::HEADER_LEN..len + 1).unwrap_or(&[]);
-                    if copy.rejected.is_none()
-                        && let Err(e) = data(payload)
-                    {
-                        copy.rejected = Some(e);
-                    }
-                    self.rbuf.advance(len + 1);
-                    continue;
+            if let Some((COPY_DATA_TAG, len)) = header
+                && copy.copying
+                && let Some(payload) = self.rbuf.get(frame::HEADER_LEN..len + 1)
+            {
+                if copy.rejected.is_none()
+                    && let Err(e) = data(payload)
+                {
+                    copy.rejected = Some(e);
                 }
-                _ if !complete => {
-                    if read {
-                        return Ok(true);
-                    }
-                    self.fill(COPY_READ_SIZE).await?;
-                    read = true;
-                    continue;
+                self.rbuf.advance(len + 1);
+                continue;
+            }
+            // A message not yet complete: more bytes, unless this call read already.
+            if header.is_none_or(|(_, len)| self.rbuf.len() <= len) {
+                if read {
+                    return Ok(true);
                 }
-                _ => {}
+                self.fill(COPY_READ_SIZE).await?;
+                read = true;
+                continue;
             }
             let message = match self.read().await? {
                 Backend::Message(m) => m,
