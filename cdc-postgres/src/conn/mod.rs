@@ -11,8 +11,9 @@
 //! - [`tls`] and `transport`: sockets (TCP, Unix) and TLS per `sslmode`, exactly as libpq
 //!   documents it, shared by both connections; `tcp_keepalive`: TCP keepalive and
 //!   `TCP_USER_TIMEOUT` on their TCP sockets.
-//! - `wire`: startup and authentication (trust, password, md5, SCRAM-SHA-256) and the
-//!   simple-query protocol of our own `replication=database` session.
+//! - `wire`: startup and authentication (trust, password, md5, SCRAM-SHA-256), the
+//!   simple-query protocol and COPY out of our own sessions (`replication=database`, and
+//!   the snapshot's SQL sessions).
 //! - `channel_binding`: SCRAM channel binding (`tls-server-end-point`) per
 //!   [`ChannelBinding`], for both connections.
 //! - [`replication`]: [`ReplicationConnection`] and its commands (`IDENTIFY_SYSTEM`,
@@ -22,7 +23,10 @@
 //!   answers keepalives and sends status updates even while the consumer does not read.
 //! - [`secret`]: [`Secret`], a string `Debug` never shows, and the marker shown instead.
 //! - [`session`]: the settings every session pins (text output, timeouts), in one place.
-//! - [`sql`]: an ordinary `tokio-postgres` client over the same transport and TLS settings.
+//! - [`sql`]: an ordinary `tokio-postgres` client over the same transport and TLS settings
+//!   (catalog queries, preflight, slot inspection).
+//! - `sql_session`: an ordinary SQL session on `wire`, for the snapshot's bulk reads: a
+//!   COPY's rows go from the read buffer to the decoder with nothing allocated per row.
 //! - [`preflight`](mod@preflight): `wal_level`, privileges, publication, tables, replica identity and slot
 //!   health ([`slot`]), as a report of problems with fixes; for a failover slot, what keeps
 //!   it through a promotion ([`mod@failover`]).
