@@ -32,7 +32,8 @@ pub struct PgSourceOptions {
     pub stream_memory_limit: usize,
     /// Connections copying the snapshot in parallel (online snapshot: chunks read at
     /// once — one table each, or several key ranges of one table when fewer tables are
-    /// left than readers).
+    /// left than readers; then one more connection finds the next round's ranges while a
+    /// round reads).
     pub snapshot_workers: usize,
     /// Tables larger than this many 8 kB pages are copied in ctid ranges of this size by
     /// several workers.
