@@ -28,6 +28,7 @@ use crate::conn::sql_session::SqlSession;
 
 mod place;
 mod rounds;
+mod stride;
 mod whole;
 
 use rounds::{RoundResult, Splits};
@@ -65,6 +66,9 @@ pub(crate) struct BackfillPhase {
     planner: Option<SqlSession>,
     /// The ends found for the next round's chunks of tables shared by several readers.
     splits: Vec<Splits>,
+    /// The key distance that holds about a chunk's rows, per table (by index) with a
+    /// single-column integer key, from its last round (see `stride`).
+    strides: Vec<(usize, i128)>,
     /// Where the previous anchor put its rows, and the next ordinal there.
     anchor_lsn: Lsn,
     next_ordinal: u64,
@@ -184,6 +188,7 @@ impl BackfillPhase {
             readers: Vec::new(),
             planner: None,
             splits: Vec::new(),
+            strides: Vec::new(),
             anchor_lsn,
             next_ordinal,
             progress: CoveredProgress::new(covered),

@@ -14,7 +14,7 @@ use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
 use tokio::sync::Notify;
 
 use super::super::backfill_keys::key_text;
-use super::{BackfillPhase, RETRY_DELAY};
+use super::{BackfillPhase, RETRY_DELAY, stride};
 use crate::catalog::CatalogTable;
 use crate::conn::sql_session::SqlSession;
 use crate::snapshot::{ChunkRead, chunk_boundaries, read_chunk};
@@ -33,7 +33,8 @@ pub(super) struct Request {
 }
 
 /// One table's share of a read round: `chunks` consecutive chunks from `after`, split
-/// at `ends` when they were found ahead.
+/// at `ends` when they were found ahead or estimated. `estimable`: the table's key is a
+/// single integer column, whose next ends are estimated rather than found ahead.
 #[derive(Debug)]
 struct TablePlan {
     index: usize,
@@ -41,6 +42,7 @@ struct TablePlan {
     after: Option<Vec<String>>,
     chunks: usize,
     ends: Option<Vec<Vec<String>>>,
+    estimable: bool,
 }
 
 /// Split keys found ahead for a table shared by several readers: the ends of its next
@@ -143,22 +145,104 @@ impl BackfillPhase {
                 _ => None,
             };
             let chunks = share + usize::from(n < extra);
-            let ends = match self.splits.iter().position(|s| s.index == index) {
-                Some(at) if chunks > 1 => {
-                    self.splits.swap_remove(at).ends_for(index, &after, chunks)
-                }
-                _ => None,
+            let prefetched = self
+                .splits
+                .iter()
+                .position(|s| s.index == index)
+                .map(|at| self.splits.swap_remove(at));
+            let ends = match (
+                self.estimated_ends(index, catalog_index, &after, chunks),
+                prefetched,
+            ) {
+                _ if chunks <= 1 => None,
+                (Some(ends), _) => Some(ends),
+                (None, Some(splits)) => splits.ends_for(index, &after, chunks),
+                (None, None) => None,
             };
+            let estimable = self
+                .tables
+                .get(catalog_index)
+                .and_then(stride::integer_key_range)
+                .is_some();
             plans.push(TablePlan {
                 index,
                 catalog_index,
                 after,
                 chunks,
                 ends,
+                estimable,
             });
         }
         self.splits.clear();
         Ok(plans)
+    }
+
+    /// For a table with a single-column integer key whose last round showed its key
+    /// density: the ends of the round's first `chunks - 1` ranges, estimated (the last
+    /// chunk is the next rows after them; see `stride`).
+    fn estimated_ends(
+        &self,
+        index: usize,
+        catalog_index: usize,
+        after: &Option<Vec<String>>,
+        chunks: usize,
+    ) -> Option<Vec<Vec<String>>> {
+        let (_, max) = stride::integer_key_range(self.tables.get(catalog_index)?)?;
+        let &(_, stride) = self.strides.iter().find(|(i, _)| *i == index)?;
+        let after: i128 = after.as_ref()?.first()?.parse().ok()?;
+        Some(stride::estimated_ends(
+            after,
+            stride,
+            chunks.saturating_sub(1),
+            max,
+        ))
+    }
+
+    /// Records the key density `chunks` of table `index` showed (read in this round,
+    /// about to be placed), for the next round's estimated ends.
+    fn learn_stride(&mut self, index: usize, chunks: &[(Request, ChunkRead, XidSnapshot)]) {
+        let Some(state) = self.merge.tables().get(index) else {
+            return;
+        };
+        let (Some(&catalog_index), [key_column]) =
+            (self.catalog.get(index), state.key_columns.as_slice())
+        else {
+            return;
+        };
+        if self
+            .tables
+            .get(catalog_index)
+            .and_then(stride::integer_key_range)
+            .is_none()
+        {
+            return;
+        }
+        let mut rows = 0u64;
+        let mut span = 0i128;
+        for (request, read, _) in chunks {
+            let text = |key: &Option<Vec<String>>| {
+                key.as_ref()
+                    .and_then(|k| k.first())
+                    .and_then(|t| t.parse::<i128>().ok())
+            };
+            let last = read
+                .rows
+                .last()
+                .and_then(|row| row.get(*key_column))
+                .and_then(stride::integer_key);
+            let end = match text(&request.upto) {
+                Some(upto) if !read.cut_short => Some(upto),
+                _ => last,
+            };
+            if let (Some(start), Some(end)) = (text(&request.after), end) {
+                rows += read.rows.len() as u64;
+                span += end - start;
+            }
+        }
+        self.strides.retain(|(i, _)| *i != index);
+        if let Some(stride) = stride::stride_for(self.options.chunk_rows, rows, span) {
+            self.strides.push((index, stride));
+        }
     }
 
     /// Starts reading the next chunks in the background (see [`Self::plan_round`]).
@@ -179,7 +263,7 @@ impl BackfillPhase {
         // A table shared by several readers has the ends of its next round's chunks
         // found on a connection of their own while this round reads: the round then
         // starts with its reads, without a query before them.
-        if self.planner.is_none() && plans.iter().any(|p| p.chunks > 1) {
+        if self.planner.is_none() && plans.iter().any(|p| p.chunks > 1 && !p.estimable) {
             match SqlSession::connect(&self.options.connection).await {
                 Ok(session) => self.planner = Some(session),
                 // Only the splits ahead are missed: they are found before the reads.
@@ -299,6 +383,7 @@ impl BackfillPhase {
                     break;
                 }
             }
+            self.learn_stride(index, &usable);
             for (request, read, snapshot) in usable {
                 self.place(&request, read, snapshot, out)?;
             }
@@ -383,9 +468,11 @@ impl Round {
                 let ends = match (plan.ends.take(), client, table) {
                     _ if plan.chunks <= 1 => Ok(Vec::new()),
                     (Some(ends), _, _) => Ok(ends),
+                    // A table whose next ends will be estimated from this round's rows
+                    // ends its round with the next rows (no ends found ahead for it).
                     (None, Some(client), Some(table)) => {
-                        chunk_boundaries(client, table, plan.after.as_deref(), limit, plan.chunks)
-                            .await
+                        let count = plan.chunks - usize::from(plan.estimable);
+                        chunk_boundaries(client, table, plan.after.as_deref(), limit, count).await
                     }
                     _ => Err(Error::protocol(
                         "internal: a chunk without a reader or table",
