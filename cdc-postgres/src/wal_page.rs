@@ -13,28 +13,47 @@ use cdc_core::Lsn;
 const SHORT_PAGE_HEADER: u64 = 24;
 const LONG_PAGE_HEADER: u64 = 40;
 
-/// `position` taken back to its page's start when it lies just past the page's header
-/// (see the module's doc); `page` and `segment`: the WAL page and segment sizes, when
-/// known.
-pub(crate) fn record_end(position: Lsn, page: Option<u64>, segment: Option<u64>) -> Lsn {
-    let (Some(page), Some(segment)) = (page, segment) else {
-        return position;
-    };
-    if !page.is_power_of_two() || !segment.is_power_of_two() || segment < page {
-        return position;
+/// The server's WAL page and segment sizes, as far as known (`wal_block_size`,
+/// `wal_segment_size`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WalPages {
+    page: Option<u64>,
+    segment: Option<u64>,
+}
+
+impl WalPages {
+    /// The sizes as `SHOW` printed them (unknown when missing or not understood).
+    pub(crate) fn from_shown(page: Option<&str>, segment: Option<&str>) -> Self {
+        WalPages {
+            page: page.and_then(parse_size),
+            segment: segment.and_then(parse_size),
+        }
     }
-    let header = if position.0 % segment == LONG_PAGE_HEADER {
-        LONG_PAGE_HEADER
-    } else if position.0 % page == SHORT_PAGE_HEADER && position.0 % segment != SHORT_PAGE_HEADER {
-        SHORT_PAGE_HEADER
-    } else {
-        return position;
-    };
-    Lsn(position.0 - header)
+
+    /// `position` taken back to its page's start when it lies just past the page's
+    /// header (see the module's doc); unchanged when the sizes are not known.
+    pub(crate) fn record_end(self, position: Lsn) -> Lsn {
+        let (Some(page), Some(segment)) = (self.page, self.segment) else {
+            return position;
+        };
+        if !page.is_power_of_two() || !segment.is_power_of_two() || segment < page {
+            return position;
+        }
+        let header = if position.0 % segment == LONG_PAGE_HEADER {
+            LONG_PAGE_HEADER
+        } else if position.0 % page == SHORT_PAGE_HEADER
+            && position.0 % segment != SHORT_PAGE_HEADER
+        {
+            SHORT_PAGE_HEADER
+        } else {
+            return position;
+        };
+        Lsn(position.0 - header)
+    }
 }
 
 /// A size as `SHOW` prints it (`8192`, `16MB`, `1GB`, `64kB`), in bytes.
-pub(crate) fn parse_size(text: &str) -> Option<u64> {
+fn parse_size(text: &str) -> Option<u64> {
     let text = text.trim();
     let digits = text
         .find(|c: char| !c.is_ascii_digit())
@@ -57,8 +76,9 @@ mod tests {
 
     #[test]
     fn a_position_just_past_a_page_header_is_the_page_start() {
-        let (page, segment) = (Some(8192), Some(16 << 20));
-        let end = |lsn: u64| record_end(Lsn(lsn), page, segment);
+        let sizes = |page: Option<&str>, segment: Option<&str>| WalPages::from_shown(page, segment);
+        let usual = sizes(Some("8192"), Some("16MB"));
+        let end = |lsn: u64| usual.record_end(Lsn(lsn));
         // Past the short header of a page, and past the long one of a segment's first.
         assert_eq!(end(0x10C6_4018), Lsn(0x10C6_4000));
         assert_eq!(end(0x1100_0028), Lsn(0x1100_0000));
@@ -70,17 +90,25 @@ mod tests {
         assert_eq!(end(0x10C6_3FC8), Lsn(0x10C6_3FC8));
         assert_eq!(end(0x1100_0030), Lsn(0x1100_0030));
         // Other sizes: their own boundaries only.
-        assert_eq!(record_end(Lsn(0x2018), Some(16384), segment), Lsn(0x2018));
-        assert_eq!(record_end(Lsn(0x4018), Some(16384), segment), Lsn(0x4000));
-        assert_eq!(
-            record_end(Lsn(0x0100_0028), page, Some(1 << 20)),
-            Lsn(0x0100_0000)
-        );
+        let large = sizes(Some("16384"), Some("16MB"));
+        assert_eq!(large.record_end(Lsn(0x2018)), Lsn(0x2018));
+        assert_eq!(large.record_end(Lsn(0x4018)), Lsn(0x4000));
+        let small = sizes(Some("8192"), Some("1MB"));
+        assert_eq!(small.record_end(Lsn(0x0100_0028)), Lsn(0x0100_0000));
         // Unknown or impossible sizes: unchanged.
-        assert_eq!(record_end(Lsn(0x4018), None, segment), Lsn(0x4018));
-        assert_eq!(record_end(Lsn(0x4018), page, None), Lsn(0x4018));
-        assert_eq!(record_end(Lsn(0x4018), Some(0), segment), Lsn(0x4018));
-        assert_eq!(record_end(Lsn(0x4018), Some(3000), segment), Lsn(0x4018));
+        for unusable in [
+            sizes(None, Some("16MB")),
+            sizes(Some("8192"), None),
+            sizes(Some("0"), Some("16MB")),
+            sizes(Some("3000"), Some("16MB")),
+            sizes(Some("x"), Some("16MB")),
+        ] {
+            assert_eq!(
+                unusable.record_end(Lsn(0x4018)),
+                Lsn(0x4018),
+                "{unusable:?}"
+            );
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::copy::{check_ended, columns_for_copy, next_decoded_row};
 use super::copy_binary::CopyBinaryDecoder;
 use crate::catalog::CatalogTable;
 use crate::conn::sql_session::SqlSession;
-use crate::wal_page::record_end;
+use crate::wal_page::WalPages;
 
 /// What one chunk read returned.
 #[derive(Debug)]
@@ -224,7 +224,7 @@ pub(crate) async fn chunk_boundaries(
 /// Reads one chunk of `table` on `session` (an idle connection; the read is one short
 /// `REPEATABLE READ` transaction): the rows after `after`, up to `upto` when given (then
 /// `complete` is false, and at most [`range_cap`] rows are read), else at most `limit`.
-/// `in_recovery`: the server is a standby.
+/// `in_recovery`: the server is a standby; `wal`: its WAL page sizes.
 pub(crate) async fn read_chunk(
     session: &mut SqlSession,
     table: &CatalogTable,
@@ -232,6 +232,7 @@ pub(crate) async fn read_chunk(
     upto: Option<&[String]>,
     limit: usize,
     in_recovery: bool,
+    wal: WalPages,
 ) -> Result<ChunkRead, Error> {
     let select = chunk_query(table, after, upto, limit)?;
     let context = format!("reading a chunk of {}", table.schema.name);
@@ -247,7 +248,7 @@ pub(crate) async fn read_chunk(
     let mut rows = Vec::with_capacity(limit.min(1 << 16));
     let begun = session
         .copy_out(
-            Some(&snapshot_query(in_recovery, true)),
+            Some(&snapshot_query(in_recovery)),
             &statement,
             Some("COMMIT"),
             &context,
@@ -261,7 +262,7 @@ pub(crate) async fn read_chunk(
             },
         )
         .await?;
-    let (snapshot, until) = parse_snapshot(begun.first().map(Vec::as_slice), &context)?;
+    let (snapshot, until) = parse_snapshot(begun.first().map(Vec::as_slice), wal, &context)?;
     check_ended(&decoder, &context)?;
     let complete = upto.is_none() && rows.len() < limit;
     let cut_short = upto.is_some() && rows.len() >= range_cap(limit);
@@ -274,12 +275,12 @@ pub(crate) async fn read_chunk(
     })
 }
 
-/// The statement that begins a `REPEATABLE READ READ ONLY` transaction (with `begin`)
-/// and returns its snapshot (`pg_current_snapshot()` as text) and the WAL position read
-/// right after the snapshot was taken — the insert position, or on a standby
-/// (`in_recovery`) the replay position: every transaction the snapshot sees committed
-/// before it — and the WAL page and segment sizes. See [`parse_snapshot`].
-pub(super) fn snapshot_query(in_recovery: bool, begin: bool) -> String {
+/// The statement that begins a `REPEATABLE READ READ ONLY` transaction and returns its
+/// snapshot (`pg_current_snapshot()` as text) and the WAL position read right after the
+/// snapshot was taken — the insert position, or on a standby (`in_recovery`) the replay
+/// position: every transaction the snapshot sees committed before it. See
+/// [`parse_snapshot`].
+pub(super) fn snapshot_query(in_recovery: bool) -> String {
     // The first statement of the transaction takes its snapshot; the WAL position is
     // read in the same statement, after it.
     let position = if in_recovery {
@@ -287,28 +288,22 @@ pub(super) fn snapshot_query(in_recovery: bool, begin: bool) -> String {
     } else {
         "pg_current_wal_insert_lsn()"
     };
-    let begin = if begin {
-        "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
-    } else {
-        ""
-    };
     format!(
-        "{begin}SELECT pg_current_snapshot()::text, {position}::text, \
-         current_setting('wal_block_size'), pg_size_bytes(current_setting('wal_segment_size'))"
+        "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; \
+         SELECT pg_current_snapshot()::text, {position}::text"
     )
 }
 
 /// The snapshot and WAL position in the row [`snapshot_query`] returned.
 ///
-/// An insert position just past a page header (nothing was inserted on the page yet:
-/// the last record ended at the page's start) is taken back to the page's start, where
-/// that record ended. No record ends there (a record's tail continued onto the page is at
-/// least 8 bytes long, and whole records at least 24), so every commit the snapshot sees
-/// still ends at or before the position. Otherwise, on an idle server, the stream —
-/// which reports where records end — would never pass the position, and the chunk's merge
-/// window, and so the backfill, would stay open until other WAL came.
+/// An insert position just past a WAL page header (the last record ended at the page's
+/// start) is taken back to the page's start with the server's page sizes `wal` (see
+/// `wal_page`): otherwise, on an idle server, the stream would never pass the position,
+/// and the chunk's merge window, and so the backfill, would stay open until other WAL
+/// came.
 pub(super) fn parse_snapshot(
     row: Option<&[Option<String>]>,
+    wal: WalPages,
     context: &str,
 ) -> Result<(String, Lsn), Error> {
     let value = |i: usize| row.and_then(|r| r.get(i)).and_then(|v| v.as_deref());
@@ -322,8 +317,7 @@ pub(super) fn parse_snapshot(
             "{context}: the server reported WAL position {until_text:?}"
         ))
     })?;
-    let size = |i: usize| value(i).and_then(|v| v.trim().parse::<u64>().ok());
-    Ok((snapshot.to_owned(), record_end(until, size(2), size(3))))
+    Ok((snapshot.to_owned(), wal.record_end(until)))
 }
 
 #[cfg(test)]

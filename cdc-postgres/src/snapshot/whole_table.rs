@@ -18,6 +18,7 @@ use super::copy::{check_ended, columns_for_copy, next_decoded_row};
 use super::copy_binary::CopyBinaryDecoder;
 use crate::catalog::CatalogTable;
 use crate::conn::sql_session::{CopyOut, SqlSession};
+use crate::wal_page::WalPages;
 
 /// A table being read whole under one snapshot.
 pub struct WholeTableRead {
@@ -55,18 +56,19 @@ impl WholeTableRead {
     /// Begins reading `table` on `session` (an idle connection of its own, kept until
     /// the read ends): a `REPEATABLE READ` transaction, its snapshot and position, and the
     /// COPY of every row (through the root of a partitioned table), with the `COMMIT`
-    /// sent behind it.
+    /// sent behind it. `in_recovery` and `wal`: as for [`super::chunk::read_chunk`].
     pub(crate) async fn begin(
         mut session: SqlSession,
         table: &CatalogTable,
         in_recovery: bool,
+        wal: WalPages,
     ) -> Result<(Self, WholeTableStart), Error> {
         let context = format!("reading {} (no primary key) whole", table.schema.name);
         let results = session
-            .simple_query_in(&snapshot_query(in_recovery, true), &context)
+            .simple_query_in(&snapshot_query(in_recovery), &context)
             .await?;
         let row = results.iter().find_map(|r| r.rows.first());
-        let (snapshot, until) = parse_snapshot(row.map(Vec::as_slice), &context)?;
+        let (snapshot, until) = parse_snapshot(row.map(Vec::as_slice), wal, &context)?;
         let only = if table.partitions.is_empty() {
             "ONLY "
         } else {

@@ -25,6 +25,7 @@ use super::backfill_progress::{CoveredProgress, Step};
 use crate::catalog::CatalogTable;
 use crate::conn::ConnectionConfig;
 use crate::conn::sql_session::SqlSession;
+use crate::wal_page::WalPages;
 
 mod place;
 mod rounds;
@@ -50,6 +51,8 @@ pub(crate) struct BackfillOptions {
     pub chunk_rows: usize,
     pub readers: usize,
     pub in_recovery: bool,
+    /// The server's WAL page sizes (see `wal_page`).
+    pub wal: WalPages,
 }
 
 /// One delivered chunk as the token needs it: which rows it put where.

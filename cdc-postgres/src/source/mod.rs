@@ -37,6 +37,7 @@ use self::backfill_phase::BackfillPhase;
 use self::snapshot_phase::SnapshotPhase;
 use crate::catalog::CatalogTable;
 use crate::conn::{PgOutputOptions, ReplicationConnection, ReplicationStream};
+use crate::wal_page::WalPages;
 use cdc_pgoutput::changes::{AssemblerConfig, ChangeAssembler};
 use cdc_pgoutput::protocol::pgoutput::{DecoderOptions, ProtocolVersion};
 use cdc_pgoutput::protocol::replication::ServerMessage;
@@ -104,6 +105,8 @@ pub struct PgSource {
     creating_slot: Option<i32>,
     /// Whether the server is a standby (slot creation waits for the primary there).
     in_recovery: bool,
+    /// The server's WAL page sizes, read at start (see `wal_page`).
+    wal: WalPages,
     /// The online snapshot, while it runs alongside the stream.
     backfill: Option<BackfillPhase>,
     /// The online snapshot's progress as of the batches handed out (for tokens).
@@ -152,6 +155,7 @@ impl PgSource {
             parked: None,
             creating_slot: None,
             in_recovery: false,
+            wal: WalPages::default(),
             backfill: None,
             backfill_progress: None,
             stream_had_turn: true,

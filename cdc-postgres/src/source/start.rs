@@ -18,7 +18,7 @@ use crate::conn::{
     SnapshotAction, SnapshotMode, check_resume, connect_sql, preflight,
 };
 use crate::snapshot::copy;
-use crate::wal_page::{parse_size, record_end};
+use crate::wal_page::WalPages;
 use cdc_pgoutput::changes::{ChangeAssembler, TableRouting};
 use cdc_pgoutput::protocol::pgoutput::ProtocolVersion;
 use cdc_pgoutput::types::TypeRegistry;
@@ -80,14 +80,12 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
         .clone()
         .unwrap_or_else(|| config.connection.dbname.clone());
     let identity = system.identity(&database, &source.slot);
-    if let Some(end) = source.options.end_lsn {
-        // An end given as an insert position just past a WAL page header would never be
-        // reached on an idle server (see `wal_page`): taken back to the page's start.
-        let page = repl.show("wal_block_size").await.ok();
-        let segment = repl.show("wal_segment_size").await.ok();
-        let size = |shown: Option<String>| shown.as_deref().and_then(parse_size);
-        source.options.end_lsn = Some(record_end(end, size(page), size(segment)));
-    }
+    // For positions just past a WAL page header (see `wal_page`): the online snapshot's
+    // chunk positions, and an end given as one, which an idle server would never reach.
+    let page = repl.show("wal_block_size").await.ok();
+    let segment = repl.show("wal_segment_size").await.ok();
+    source.wal = WalPages::from_shown(page.as_deref(), segment.as_deref());
+    source.options.end_lsn = source.options.end_lsn.map(|end| source.wal.record_end(end));
     if let Some(token) = resume {
         let covered = token
             .commit_end
@@ -289,6 +287,7 @@ fn backfill_options(source: &PgSource) -> BackfillOptions {
         chunk_rows: source.options.backfill_chunk_rows,
         readers: source.options.snapshot_workers,
         in_recovery: source.in_recovery,
+        wal: source.wal,
     }
 }
 

@@ -18,6 +18,7 @@ use super::{BackfillPhase, RETRY_DELAY, stride};
 use crate::catalog::CatalogTable;
 use crate::conn::sql_session::SqlSession;
 use crate::snapshot::{ChunkRead, chunk_boundaries, read_chunk};
+use crate::wal_page::WalPages;
 
 /// One chunk request of a read round.
 #[derive(Debug)]
@@ -60,21 +61,11 @@ impl Splits {
     /// The ends for `chunks` chunks of a table now at `after`, if these splits were
     /// found from there and reach far enough (any key splits a range soundly, however
     /// the table changed since; a range that grew is cut at its cap).
-    fn ends_for(
-        self,
-        index: usize,
-        after: &Option<Vec<String>>,
-        chunks: usize,
-    ) -> Option<Vec<Vec<String>>> {
-        if self.index != index || &self.after != after {
+    fn ends_for(&self, after: &Option<Vec<String>>, chunks: usize) -> Option<Vec<Vec<String>>> {
+        if &self.after != after || (self.ends.len() < chunks && !self.exhausted) {
             return None;
         }
-        if self.ends.len() < chunks && !self.exhausted {
-            return None;
-        }
-        let mut ends = self.ends;
-        ends.truncate(chunks);
-        Some(ends)
+        Some(self.ends.iter().take(chunks).cloned().collect())
     }
 }
 
@@ -145,25 +136,20 @@ impl BackfillPhase {
                 _ => None,
             };
             let chunks = share + usize::from(n < extra);
-            let prefetched = self
-                .splits
-                .iter()
-                .position(|s| s.index == index)
-                .map(|at| self.splits.swap_remove(at));
-            let ends = match (
-                self.estimated_ends(index, catalog_index, &after, chunks),
-                prefetched,
-            ) {
-                _ if chunks <= 1 => None,
-                (Some(ends), _) => Some(ends),
-                (None, Some(splits)) => splits.ends_for(index, &after, chunks),
-                (None, None) => None,
-            };
-            let estimable = self
+            let key_range = self
                 .tables
                 .get(catalog_index)
-                .and_then(stride::integer_key_range)
-                .is_some();
+                .and_then(stride::integer_key_range);
+            let ends = match key_range {
+                _ if chunks <= 1 => None,
+                Some((_, max)) => self.estimated_ends(index, &after, chunks, max),
+                None => self
+                    .splits
+                    .iter()
+                    .find(|s| s.index == index)
+                    .and_then(|s| s.ends_for(&after, chunks)),
+            };
+            let estimable = key_range.is_some();
             plans.push(TablePlan {
                 index,
                 catalog_index,
@@ -177,17 +163,16 @@ impl BackfillPhase {
         Ok(plans)
     }
 
-    /// For a table with a single-column integer key whose last round showed its key
-    /// density: the ends of the round's first `chunks - 1` ranges, estimated (the last
-    /// chunk is the next rows after them; see `stride`).
+    /// For a table with a single-column integer key (values up to `max`) whose last round
+    /// showed its key density: the ends of the round's first `chunks - 1` ranges,
+    /// estimated (the last chunk is the next rows after them; see `stride`).
     fn estimated_ends(
         &self,
         index: usize,
-        catalog_index: usize,
         after: &Option<Vec<String>>,
         chunks: usize,
+        max: i128,
     ) -> Option<Vec<Vec<String>>> {
-        let (_, max) = stride::integer_key_range(self.tables.get(catalog_index)?)?;
         let &(_, stride) = self.strides.iter().find(|(i, _)| *i == index)?;
         let after: i128 = after.as_ref()?.first()?.parse().ok()?;
         Some(stride::estimated_ends(
@@ -279,6 +264,7 @@ impl BackfillPhase {
             tables: self.tables.clone(),
             limit: self.options.chunk_rows.max(1),
             in_recovery: self.options.in_recovery,
+            wal: self.options.wal,
         };
         let done = self.round_done.clone();
         let ready = self.round_ready.clone();
@@ -436,6 +422,7 @@ struct Round {
     tables: Arc<Vec<CatalogTable>>,
     limit: usize,
     in_recovery: bool,
+    wal: WalPages,
 }
 
 impl Round {
@@ -453,6 +440,7 @@ impl Round {
             tables,
             limit,
             in_recovery,
+            wal,
         } = self;
         let mut failed = Vec::new();
         let mut requests = Vec::new();
@@ -543,6 +531,7 @@ impl Round {
                             upto.as_deref(),
                             limit,
                             in_recovery,
+                            wal,
                         )
                         .await
                     }

@@ -83,7 +83,10 @@ impl BackfillPhase {
             ));
         };
         let begun = match SqlSession::connect(&self.options.connection).await {
-            Ok(session) => WholeTableRead::begin(session, table, self.options.in_recovery).await,
+            Ok(session) => {
+                WholeTableRead::begin(session, table, self.options.in_recovery, self.options.wal)
+                    .await
+            }
             Err(e) => Err(e),
         };
         let (read, start) = match begun {
