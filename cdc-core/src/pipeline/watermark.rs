@@ -30,6 +30,12 @@ pub struct Watermark {
     confirmable: Lsn,
     /// Bytes of batches written but not yet completed: what the sink may still hold.
     pending_bytes: usize,
+    /// Batches in `batches` not yet completed.
+    uncompleted: usize,
+    /// Every batch before this index in `batches` is completed. In checkpoint mode
+    /// completed batches wait for a checkpoint, thousands of them with small batches, so
+    /// a completion must not walk them again each time.
+    completed_prefix: usize,
     last_durable: Option<Position>,
 }
 
@@ -41,6 +47,8 @@ impl Watermark {
             batches: VecDeque::new(),
             confirmable: start,
             pending_bytes: 0,
+            uncompleted: 0,
+            completed_prefix: 0,
             last_durable: None,
         }
     }
@@ -54,6 +62,7 @@ impl Watermark {
         bytes: usize,
     ) {
         self.pending_bytes += bytes;
+        self.uncompleted += 1;
         self.batches.push_back(InFlight {
             id,
             last_position,
@@ -80,10 +89,16 @@ impl Watermark {
 
     /// The sink processed batch `id` and every earlier one.
     pub fn completed(&mut self, id: BatchId) {
-        for batch in self.batches.iter_mut().take_while(|b| b.id <= id) {
+        for batch in self
+            .batches
+            .iter_mut()
+            .skip(self.completed_prefix)
+            .take_while(|b| b.id <= id)
+        {
             if !batch.completed {
                 batch.completed = true;
                 self.pending_bytes -= batch.bytes;
+                self.uncompleted -= 1;
             }
         }
         self.retire();
@@ -112,6 +127,7 @@ impl Watermark {
             if !batch.completed {
                 batch.completed = true;
                 self.pending_bytes -= batch.bytes;
+                self.uncompleted -= 1;
             }
         }
         self.retire();
@@ -131,6 +147,14 @@ impl Watermark {
                 self.confirmable = self.confirmable.max(end);
             }
             self.batches.pop_front();
+            self.completed_prefix = self.completed_prefix.saturating_sub(1);
+        }
+        while self
+            .batches
+            .get(self.completed_prefix)
+            .is_some_and(|b| b.completed)
+        {
+            self.completed_prefix += 1;
         }
     }
 
@@ -151,7 +175,7 @@ impl Watermark {
 
     /// Batches written but not yet completed.
     pub fn uncompleted(&self) -> usize {
-        self.batches.iter().filter(|b| !b.completed).count()
+        self.uncompleted
     }
 
     /// Whether every written batch is acknowledged.
@@ -173,6 +197,7 @@ impl Watermark {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn pos(l: u64, o: u64) -> Option<Position> {
         Some(Position::new(Lsn(l), o))
@@ -224,5 +249,72 @@ mod tests {
         w.completed(BatchId(0));
         w.durable(pos(30, 100), Some(Lsn(5)));
         assert_eq!(w.confirmable(), Lsn(5));
+    }
+
+    /// The plain definition the counters must agree with: every batch walked each time.
+    #[derive(Default)]
+    struct Naive {
+        batches: Vec<(BatchId, bool)>,
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Written,
+        Acknowledged,
+        Completed(u64),
+        Durable(u64),
+    }
+
+    proptest! {
+        #[test]
+        fn counters_agree_with_walking_every_batch(
+            mode in prop_oneof![
+                Just(CommitMode::Checkpoint),
+                Just(CommitMode::Completion)
+            ],
+            ops in prop::collection::vec(
+                prop_oneof![
+                    4 => Just(Op::Written),
+                    1 => Just(Op::Acknowledged),
+                    3 => (0u64..40).prop_map(Op::Completed),
+                    1 => (0u64..40).prop_map(Op::Durable),
+                ],
+                0..200,
+            ),
+        ) {
+            let mut w = Watermark::new(mode, Lsn(0));
+            let mut naive = Naive::default();
+            let mut next = 0u64;
+            for op in ops {
+                match op {
+                    Op::Written => {
+                        w.written(BatchId(next), pos(next * 10 + 10, 0), Some(Lsn(next * 10 + 10)), 7);
+                        naive.batches.push((BatchId(next), false));
+                        next += 1;
+                    }
+                    Op::Acknowledged => {
+                        w.already_acknowledged(BatchId(next), Some(Lsn(next * 10 + 10)));
+                        naive.batches.push((BatchId(next), true));
+                        next += 1;
+                    }
+                    Op::Completed(id) => {
+                        w.completed(BatchId(id));
+                        for b in naive.batches.iter_mut().take_while(|b| b.0 <= BatchId(id)) {
+                            b.1 = true;
+                        }
+                    }
+                    Op::Durable(id) => {
+                        // A token durable through batch `id`'s position.
+                        w.durable(pos(id * 10 + 10, 0), Some(Lsn(id * 10 + 10)));
+                        for b in naive.batches.iter_mut().take_while(|b| b.0 <= BatchId(id)) {
+                            b.1 = true;
+                        }
+                    }
+                }
+                let uncompleted = naive.batches.iter().filter(|b| !b.1).count();
+                prop_assert_eq!(w.uncompleted(), uncompleted);
+                prop_assert_eq!(w.pending_bytes(), uncompleted * 7);
+            }
+        }
     }
 }
