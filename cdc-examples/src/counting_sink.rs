@@ -92,6 +92,18 @@ fn table_counts(
     tables.insert(name.clone(), counts);
 }
 
+/// Whether `b` is a row change of the same kind and table as the row change `a`.
+fn same_run(a: &ChangeEvent, b: &ChangeEvent) -> bool {
+    let same =
+        |x: &cdc_core::SchemaRef, y: &cdc_core::SchemaRef| Arc::ptr_eq(x, y) || x.name == y.name;
+    match (&a.kind, &b.kind) {
+        (EventKind::Insert { table: x, .. }, EventKind::Insert { table: y, .. })
+        | (EventKind::Update { table: x, .. }, EventKind::Update { table: y, .. })
+        | (EventKind::Delete { table: x, .. }, EventKind::Delete { table: y, .. }) => same(x, y),
+        _ => false,
+    }
+}
+
 impl Counts {
     /// The counts over all tables.
     pub fn totals(&self) -> OpCounts {
@@ -108,22 +120,38 @@ impl Counts {
         t.insert + t.update + t.delete + t.truncate
     }
 
-    fn record(&mut self, event: &ChangeEvent) {
+    /// Counts a batch's events. A run of row changes of one kind to one table (a snapshot
+    /// chunk, a bulk insert) is counted at once: the map look-up by table name per event
+    /// cost more than the rest of the counting.
+    fn record_all(&mut self, events: &[ChangeEvent]) {
+        let mut rest = events;
+        while let Some((first, after)) = rest.split_first() {
+            let run = 1 + after
+                .iter()
+                .take_while(|event| same_run(first, event))
+                .count();
+            self.record_times(first, run as u64);
+            rest = rest.get(run..).unwrap_or_default();
+        }
+    }
+
+    /// Counts `event` as if written `times` times (`times` > 1 only for row changes).
+    fn record_times(&mut self, event: &ChangeEvent, times: u64) {
         let now = || Instant::now();
         match &event.kind {
             EventKind::Insert { table, .. } => {
                 if self.snapshot_running || self.in_chunk {
-                    table_counts(&mut self.tables, &table.name, |c| c.snapshot += 1);
-                    self.snapshot_rows += 1;
+                    table_counts(&mut self.tables, &table.name, |c| c.snapshot += times);
+                    self.snapshot_rows += times;
                 } else {
-                    table_counts(&mut self.tables, &table.name, |c| c.insert += 1);
+                    table_counts(&mut self.tables, &table.name, |c| c.insert += times);
                 }
             }
             EventKind::Update { table, .. } => {
-                table_counts(&mut self.tables, &table.name, |c| c.update += 1);
+                table_counts(&mut self.tables, &table.name, |c| c.update += times);
             }
             EventKind::Delete { table, .. } => {
-                table_counts(&mut self.tables, &table.name, |c| c.delete += 1);
+                table_counts(&mut self.tables, &table.name, |c| c.delete += times);
             }
             EventKind::Truncate { tables, .. } => {
                 for table in tables {
@@ -250,9 +278,7 @@ impl<S: Sink> Sink for CountingSink<S> {
         // Count into a copy first: the state that markers carry across batches (snapshot
         // running or not) must not change if the write fails.
         self.pending.clone_from(&self.tally.lock());
-        for event in &batch.batch.events {
-            self.pending.record(event);
-        }
+        self.pending.record_all(&batch.batch.events);
         let ack = self.inner.write(batch).await?;
         std::mem::swap(&mut *self.tally.lock(), &mut self.pending);
         Ok(ack)
@@ -303,8 +329,12 @@ mod tests {
     }
 
     fn schema() -> Arc<TableSchema> {
+        schema_named("t")
+    }
+
+    fn schema_named(name: &str) -> Arc<TableSchema> {
         Arc::new(TableSchema {
-            name: TableName::new("public", "t"),
+            name: TableName::new("public", name),
             relation_id: 1,
             columns: vec![ColumnSchema {
                 name: "id".into(),
@@ -382,6 +412,56 @@ mod tests {
         assert_eq!((table.snapshot, table.insert, table.delete), (2, 1, 1));
         assert_eq!(counts.first_lsn, Some(Lsn(100)));
         assert!(counts.snapshot_complete && !counts.snapshot_running);
+    }
+
+    #[tokio::test]
+    async fn runs_of_tables_and_kinds_in_one_batch_are_each_counted() {
+        let (a, b) = (schema_named("a"), schema_named("b"));
+        // A second schema object for `a`, as after a relation message: same name, other Arc.
+        let a_again = schema_named("a");
+        let mut sink = CountingSink::new(Refusing::default());
+        let tally = sink.tally();
+        let insert = |t: &Arc<TableSchema>| EventKind::Insert {
+            table: t.clone(),
+            new: vec![Value::Int4(1)],
+        };
+        let update = |t: &Arc<TableSchema>| EventKind::Update {
+            table: t.clone(),
+            old: None,
+            new: vec![Value::Int4(1)],
+        };
+        let delete = |t: &Arc<TableSchema>| EventKind::Delete {
+            table: t.clone(),
+            old: None,
+        };
+        sink.write(batch(vec![
+            insert(&a),
+            insert(&a_again),
+            insert(&b),
+            insert(&a),
+            update(&a),
+            update(&a),
+            delete(&a),
+            delete(&b),
+            delete(&b),
+            EventKind::Snapshot(SnapshotMarker::Started),
+            insert(&b),
+            insert(&b),
+            EventKind::Snapshot(SnapshotMarker::Completed {
+                consistent_point: Lsn(90),
+            }),
+            insert(&b),
+        ]))
+        .await
+        .unwrap();
+        let counts = tally.counts();
+        let of = |name: &str| {
+            let c = counts.tables[&TableName::new("public", name)];
+            (c.snapshot, c.insert, c.update, c.delete)
+        };
+        assert_eq!(of("a"), (0, 3, 2, 1));
+        assert_eq!(of("b"), (2, 2, 0, 2));
+        assert_eq!(counts.snapshot_rows, 2);
     }
 
     #[tokio::test]
