@@ -64,11 +64,6 @@ impl WholeTableRead {
         wal: WalPages,
     ) -> Result<(Self, WholeTableStart), Error> {
         let context = format!("reading {} (no primary key) whole", table.schema.name);
-        let results = session
-            .simple_query_in(&snapshot_query(in_recovery), &context)
-            .await?;
-        let row = results.iter().find_map(|r| r.rows.first());
-        let (snapshot, until) = parse_snapshot(row.map(Vec::as_slice), wal, &context)?;
         let only = if table.partitions.is_empty() {
             "ONLY "
         } else {
@@ -81,17 +76,40 @@ impl WholeTableRead {
             table.schema.name
         );
         let statement = format!("COPY ({select}) TO STDOUT (FORMAT binary)");
-        let copy = session
-            .begin_copy_out(None, &statement, Some("COMMIT"), &context)
+        // The transaction with its snapshot query, the COPY and the COMMIT in one write,
+        // as for a chunk: one round trip per table, not two.
+        let mut copy = session
+            .begin_copy_out(
+                Some(&snapshot_query(in_recovery)),
+                &statement,
+                Some("COMMIT"),
+                &context,
+            )
             .await?;
+        // Read until the snapshot query's row is in; COPY data that came with it waits in
+        // the decoder for the first `next_rows`.
+        let mut decoder = CopyBinaryDecoder::new(Some(table.column_types.len()));
+        let mut snapshot_rows = Vec::new();
+        let mut received_all = false;
+        while snapshot_rows.is_empty() && !received_all {
+            received_all = !session
+                .copy_data(&mut copy, |data| {
+                    decoder.feed(data);
+                    Ok(())
+                })
+                .await?;
+            snapshot_rows = copy.take_rows();
+        }
+        let (snapshot, until) =
+            parse_snapshot(snapshot_rows.first().map(Vec::as_slice), wal, &context)?;
         Ok((
             WholeTableRead {
                 session,
                 copy,
-                decoder: CopyBinaryDecoder::new(Some(table.column_types.len())),
+                decoder,
                 blocks: ByteBlocks::new(),
                 context,
-                received_all: false,
+                received_all,
                 ended: false,
             },
             WholeTableStart { snapshot, until },
