@@ -5,6 +5,12 @@
 //! with each reader count of `--readers`, next to `psql -c "COPY … TO STDOUT"` into
 //! `/dev/null` (the anchor), all in one run, runs alternating within each round.
 //!
+//! The anchor runs before every pgcdc run and once more at the end of each round, so each
+//! pgcdc run has an anchor run on either side of it: besides the ratio of medians, the
+//! summary gives the median of each run's ratio to the mean of its two neighbours, which
+//! a machine whose speed drifts during a round (it does, by half within minutes on a
+//! shared VM) skews far less.
+//!
 //! With `--write-tps N`, a writer updates random accounts at about N transactions a
 //! second during every run (also the anchor's), and for the online runs the stream's lag
 //! (the server's WAL insert position minus the slot's `confirmed_flush_lsn`) is sampled
@@ -134,8 +140,16 @@ pub async fn run(args: &Args) -> Result<(), String> {
 
     let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut runs: Vec<(Consumer, Run, Option<Lag>)> = Vec::new();
+    // The anchor before each pgcdc run and once more after the last (see the module doc).
+    let anchor = consumers.first().cloned();
+    let mut sequence: Vec<Consumer> = Vec::new();
+    for consumer in consumers.iter().skip(1) {
+        sequence.extend(anchor.clone());
+        sequence.push(consumer.clone());
+    }
+    sequence.extend(anchor);
     for round in 0..rounds {
-        for (n, consumer) in consumers.iter().enumerate() {
+        for (n, consumer) in sequence.iter().enumerate() {
             let slot = format!("snap_{round}_{n}");
             let out_dir = scratch.path().join(&slot);
             let cmd = match consumer.mode {
@@ -217,6 +231,33 @@ pub async fn run(args: &Args) -> Result<(), String> {
     }
     print_tables(&consumers, &runs, rows, bytes, scale, write_tps);
     Ok(())
+}
+
+/// Each run of `consumer` (not the anchor) over the mean wall time of the anchor runs right
+/// before and after it in `runs` (the order they ran in).
+fn paired_ratios(runs: &[(Consumer, Run, Option<Lag>)], consumer: &Consumer) -> Vec<f64> {
+    let is_anchor = |i: usize| runs.get(i).is_some_and(|(c, _, _)| c.mode == "psql");
+    let wall = |i: usize| runs.get(i).map(|(_, r, _)| r.wall.as_secs_f64());
+    if consumer.mode == "psql" {
+        return Vec::new();
+    }
+    runs.iter()
+        .enumerate()
+        .filter(|(_, (c, _, _))| c == consumer)
+        .filter_map(|(i, (_, run, _))| {
+            let neighbours: Vec<f64> = [i.checked_sub(1), i.checked_add(1)]
+                .into_iter()
+                .flatten()
+                .filter(|&j| is_anchor(j))
+                .filter_map(wall)
+                .collect();
+            if neighbours.is_empty() {
+                return None;
+            }
+            let anchor = neighbours.iter().sum::<f64>() / neighbours.len() as f64;
+            Some(run.wall.as_secs_f64() / anchor)
+        })
+        .collect()
 }
 
 /// The stream's lag behind the server while an online snapshot runs.
@@ -387,9 +428,16 @@ fn print_tables(
         "client CPU s",
         "server CPU s",
         "wall ÷ psql COPY",
+        "÷ neighbouring psql",
     ]);
     for consumer in consumers {
         let wall = of(consumer, &|r: &Run| r.wall.as_secs_f64());
+        let paired = paired_ratios(runs, consumer);
+        let paired = if paired.is_empty() {
+            "–".to_owned()
+        } else {
+            format!("{:.2}", median(paired))
+        };
         summary.row([
             consumer.label(),
             format!("{wall:.2}"),
@@ -403,6 +451,7 @@ fn print_tables(
                 of(consumer, &|r: &Run| r.server.cpu().as_secs_f64())
             ),
             format!("{:.2}", wall / anchor),
+            paired,
         ]);
     }
     println!(
