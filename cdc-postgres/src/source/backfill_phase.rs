@@ -326,8 +326,9 @@ impl BackfillPhase {
         &mut self,
         last: Option<Position>,
         commit_end: Option<Lsn>,
+        last_event: Option<&ChangeEvent>,
     ) -> Option<BackfillProgress> {
-        self.progress.progress_for(last, commit_end)
+        self.progress.progress_for(last, commit_end, last_event)
     }
 
     /// Passes one streamed event through the merge: `Some` to deliver.

@@ -4,7 +4,9 @@
 
 use std::collections::VecDeque;
 
-use cdc_core::{BackfillProgress, BackfillWindow, Lsn, Position, TableBackfill, Value};
+use cdc_core::{
+    BackfillProgress, BackfillWindow, ChangeEvent, EventKind, Lsn, Position, TableBackfill,
+};
 use cdc_pgoutput::backfill::merge::Key;
 
 use super::backfill_keys::key_text;
@@ -25,18 +27,16 @@ pub(super) struct ChunkRecord {
 }
 
 /// A chunk's rows as the token needs them: they sit at consecutive positions from `first`
-/// (one anchor, ordinals one apart), and their keys are kept as values, side by side, to
-/// be turned into text only for a token that ends inside the chunk (rare: a chunk ends its
-/// batch) — not a string per row for every chunk.
+/// (one anchor, ordinals one apart). A token that ends inside the chunk (none does while
+/// every chunk ends its batch, see `batching`; kept exact should that change) takes the key
+/// of the batch's last row from that row itself, so no row's key is kept.
 #[derive(Debug)]
 pub(super) struct ChunkRows {
     /// Position of the first row (`None`: an empty chunk).
     pub(super) first: Option<Position>,
     pub(super) count: usize,
-    /// Key columns per row.
-    pub(super) key_width: usize,
-    /// `count × key_width` key values, row after row.
-    pub(super) keys: Vec<Value>,
+    /// Where the key columns are in a row (empty: a table read whole, without a key).
+    pub(super) key_columns: Vec<usize>,
 }
 
 impl ChunkRows {
@@ -60,15 +60,22 @@ impl ChunkRows {
         }
     }
 
-    /// The key of row `index` (0-based); `None` also for a table without a key.
-    fn key(&self, index: usize) -> Option<Key> {
-        if self.key_width == 0 {
+    /// The key of row `index` (0-based), read from `row` if that is the event at the row's
+    /// position; `None` otherwise, and for a table without a key.
+    fn key(&self, index: usize, row: Option<&ChangeEvent>) -> Option<Key> {
+        if self.key_columns.is_empty() {
             return None;
         }
-        let start = index.checked_mul(self.key_width)?;
-        self.keys
-            .get(start..start.checked_add(self.key_width)?)
-            .map(<[Value]>::to_vec)
+        let first = self.first?;
+        let ordinal = first.ordinal.checked_add(u64::try_from(index).ok()?)?;
+        let row = row.filter(|e| e.position == Position::new(first.commit_lsn, ordinal))?;
+        let EventKind::Insert { new, .. } = &row.kind else {
+            return None;
+        };
+        self.key_columns
+            .iter()
+            .map(|&column| new.get(column).cloned())
+            .collect()
     }
 }
 
@@ -124,11 +131,13 @@ impl CoveredProgress {
     }
 
     /// The progress a token covering everything up to `last` (and transactions up to
-    /// `commit_end`) carries (every table done, once the backfill is over).
+    /// `commit_end`) carries (every table done, once the backfill is over). `last_event`:
+    /// the event at `last`, whose key a token ending inside a chunk takes.
     pub(super) fn progress_for(
         &mut self,
         last: Option<Position>,
         commit_end: Option<Lsn>,
+        last_event: Option<&ChangeEvent>,
     ) -> Option<BackfillProgress> {
         let commit_end = commit_end.unwrap_or(Lsn::ZERO);
         while let Some(step) = self.steps.front() {
@@ -159,7 +168,7 @@ impl CoveredProgress {
                             entry.upto = window.upto.clone().or(entry.upto.take());
                             entry.windows.push(window);
                         }
-                    } else if chunk.rows.key_width == 0 {
+                    } else if chunk.rows.key_columns.is_empty() {
                         // A piece of a table read whole, partly covered: there is no key to
                         // continue from; the token says the copy began, so a restart
                         // copies the table again after a TRUNCATE of it.
@@ -185,7 +194,7 @@ impl CoveredProgress {
                         let delivered = last.map_or(0, |l| chunk.rows.covered_by(l));
                         let key = delivered
                             .checked_sub(1)
-                            .and_then(|index| chunk.rows.key(index))
+                            .and_then(|index| chunk.rows.key(index, last_event))
                             .map(|key| key_text(&key));
                         if let Some(key) = key {
                             let key = match key {
@@ -247,5 +256,118 @@ impl CoveredProgress {
             entry.windows.retain(|w| w.until > commit_end);
         }
         Some(progress)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use cdc_core::{ColumnSchema, ColumnType, ReplicaIdentity, TableName, TableSchema, Value};
+
+    use super::*;
+
+    fn pos(ordinal: u64) -> Position {
+        Position::new(Lsn(100), ordinal)
+    }
+
+    fn schema() -> Arc<TableSchema> {
+        let column = |name: &str, oid: u32, key: bool| ColumnSchema {
+            name: name.into(),
+            column_type: ColumnType {
+                oid,
+                modifier: -1,
+                name: None,
+            },
+            nullable: !key,
+            part_of_key: key,
+            generated: false,
+        };
+        Arc::new(TableSchema {
+            name: TableName::new("public", "t"),
+            relation_id: 1,
+            // The key is the second column, so a key taken from the wrong place shows.
+            columns: vec![column("v", 25, false), column("id", 23, true)],
+            replica_identity: ReplicaIdentity::Default,
+            primary_key: vec!["id".into()],
+        })
+    }
+
+    fn row_at(ordinal: u64, id: i32) -> ChangeEvent {
+        ChangeEvent {
+            position: pos(ordinal),
+            kind: EventKind::Insert {
+                table: schema(),
+                new: vec![Value::Int4(-1), Value::Int4(id)],
+            },
+        }
+    }
+
+    /// A table with nothing delivered, and one chunk of ten rows at ordinals 2..=11 (its
+    /// start marker at 1, its end at 12) whose keys are 21..=30.
+    fn one_chunk() -> CoveredProgress {
+        let mut progress = CoveredProgress::new(BackfillProgress {
+            tables: vec![TableBackfill {
+                table: TableName::new("public", "t"),
+                done: false,
+                upto: None,
+                chunks: 0,
+                rows: 0,
+                windows: Vec::new(),
+            }],
+        });
+        progress.push(Step::Chunk(ChunkRecord {
+            table: 0,
+            end: pos(12),
+            rows: ChunkRows {
+                first: Some(pos(2)),
+                count: 10,
+                key_columns: vec![1],
+            },
+            window: Some(BackfillWindow {
+                after: Some(vec!["20".into()]),
+                upto: Some(vec!["30".into()]),
+                snapshot: "5:5:".into(),
+                until: Lsn(90),
+            }),
+            complete: false,
+        }));
+        progress
+    }
+
+    #[test]
+    fn a_token_inside_a_chunk_ends_at_the_key_of_the_batch_s_last_row() {
+        let mut progress = one_chunk();
+        // Rows at ordinals 2..=6 delivered: five rows, the last one with key 25.
+        let last = row_at(6, 25);
+        let token = progress
+            .progress_for(Some(pos(6)), None, Some(&last))
+            .unwrap();
+        let table = &token.tables[0];
+        assert_eq!(table.upto, Some(vec!["25".to_owned()]));
+        assert_eq!((table.rows, table.chunks, table.done), (5, 1, false));
+        assert_eq!(table.windows.len(), 1);
+        assert_eq!(table.windows[0].upto, Some(vec!["25".to_owned()]));
+        assert_eq!(table.windows[0].after, Some(vec!["20".to_owned()]));
+
+        // The rest of the chunk comes with the next batch.
+        let token = progress.progress_for(Some(pos(12)), None, None).unwrap();
+        let table = &token.tables[0];
+        assert_eq!(table.upto, Some(vec!["30".to_owned()]));
+        assert_eq!((table.rows, table.chunks), (10, 1));
+        assert!(progress.steps.is_empty());
+    }
+
+    #[test]
+    fn without_the_row_itself_a_token_inside_a_chunk_keeps_the_last_whole_chunk() {
+        for last in [None, Some(row_at(5, 24))] {
+            let mut progress = one_chunk();
+            let token = progress
+                .progress_for(Some(pos(6)), None, last.as_ref())
+                .unwrap();
+            let table = &token.tables[0];
+            assert_eq!((table.upto.clone(), table.rows, table.chunks), (None, 0, 0));
+            assert_eq!(progress.steps.len(), 1, "the chunk still waits");
+        }
     }
 }

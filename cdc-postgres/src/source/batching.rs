@@ -99,7 +99,8 @@ impl PgSource {
             self.snapshot_progress = Some(snapshot.progress());
         }
         if let Some(backfill) = self.backfill.as_mut() {
-            self.backfill_progress = backfill.progress_for(self.covered_position, self.covered_end);
+            self.backfill_progress =
+                backfill.progress_for(self.covered_position, self.covered_end, batch.events.last());
             if backfill.is_finished() {
                 // The last progress (every table done) stays in later tokens.
                 tracing::info!("online snapshot complete");

@@ -115,6 +115,7 @@ impl PgSource {
             let kept = backfill.progress_for(
                 self.queued_upto,
                 self.covered_end.max(self.building.commit_end),
+                self.building.events.last(),
             );
             self.backfill =
                 Some(backfill.for_new_session(kept, self.confirmed, self.queued_upto)?);

@@ -68,8 +68,8 @@ impl BackfillPhase {
     /// markers, followed by the table's `TableCompleted { rows: table_rows }` when given,
     /// and by `SnapshotMarker::Completed` when that was the last table to copy (its
     /// `consistent_point`: the stream position from which the sink holds every table).
-    /// Returns the rows as the token needs them (their keys, at `key_columns`, kept as
-    /// values) and the position of the last marker.
+    /// Returns the rows as the token needs them (where they are, and where their keys are:
+    /// `key_columns`) and the position of the last marker.
     pub(super) fn place_rows(
         &mut self,
         schema: &cdc_core::SchemaRef,
@@ -90,13 +90,8 @@ impl BackfillPhase {
             }),
         });
         let count = rows.len();
-        let key_width = key_columns.len();
-        let mut keys = Vec::with_capacity(count.saturating_mul(key_width));
         let mut first = None;
         for row in rows {
-            for &column in key_columns {
-                keys.push(row.get(column).cloned().unwrap_or(cdc_core::Value::Null));
-            }
             let position = self.anchor_position();
             first.get_or_insert(position);
             out.push_back(ChangeEvent {
@@ -138,8 +133,7 @@ impl BackfillPhase {
         let rows = ChunkRows {
             first,
             count,
-            key_width,
-            keys,
+            key_columns: key_columns.to_vec(),
         };
         (rows, end)
     }
