@@ -185,6 +185,22 @@ impl ChangeEvent {
         }
     }
 
+    /// Whether `other` is a row change of the same kind as this one (insert, update or
+    /// delete) to the same table (one schema object, or equal names). Runs of such events
+    /// (`events.chunk_by(ChangeEvent::same_row_run)`: a snapshot chunk, a bulk insert) can
+    /// be counted at once, one look-up by table name per run instead of per event.
+    pub fn same_row_run(&self, other: &ChangeEvent) -> bool {
+        let same = |x: &SchemaRef, y: &SchemaRef| std::sync::Arc::ptr_eq(x, y) || x.name == y.name;
+        match (&self.kind, &other.kind) {
+            (EventKind::Insert { table: x, .. }, EventKind::Insert { table: y, .. })
+            | (EventKind::Update { table: x, .. }, EventKind::Update { table: y, .. })
+            | (EventKind::Delete { table: x, .. }, EventKind::Delete { table: y, .. }) => {
+                same(x, y)
+            }
+            _ => false,
+        }
+    }
+
     /// Approximate memory held by the event, for byte-bounded batching.
     pub fn approx_size(&self) -> usize {
         let row = |r: &Row| r.iter().map(Value::approx_size).sum::<usize>();

@@ -92,18 +92,6 @@ fn table_counts(
     tables.insert(name.clone(), counts);
 }
 
-/// Whether `b` is a row change of the same kind and table as the row change `a`.
-fn same_run(a: &ChangeEvent, b: &ChangeEvent) -> bool {
-    let same =
-        |x: &cdc_core::SchemaRef, y: &cdc_core::SchemaRef| Arc::ptr_eq(x, y) || x.name == y.name;
-    match (&a.kind, &b.kind) {
-        (EventKind::Insert { table: x, .. }, EventKind::Insert { table: y, .. })
-        | (EventKind::Update { table: x, .. }, EventKind::Update { table: y, .. })
-        | (EventKind::Delete { table: x, .. }, EventKind::Delete { table: y, .. }) => same(x, y),
-        _ => false,
-    }
-}
-
 impl Counts {
     /// The counts over all tables.
     pub fn totals(&self) -> OpCounts {
@@ -124,14 +112,10 @@ impl Counts {
     /// chunk, a bulk insert) is counted at once: the map look-up by table name per event
     /// cost more than the rest of the counting.
     fn record_all(&mut self, events: &[ChangeEvent]) {
-        let mut rest = events;
-        while let Some((first, after)) = rest.split_first() {
-            let run = 1 + after
-                .iter()
-                .take_while(|event| same_run(first, event))
-                .count();
-            self.record_times(first, run as u64);
-            rest = rest.get(run..).unwrap_or_default();
+        for run in events.chunk_by(ChangeEvent::same_row_run) {
+            if let Some(first) = run.first() {
+                self.record_times(first, run.len() as u64);
+            }
         }
     }
 

@@ -68,20 +68,6 @@ pub(super) struct TableCounts {
     copying: BTreeSet<TableName>,
 }
 
-/// Whether `b` is the same kind of row change as `a`, to the same table (one schema
-/// object, or equal names).
-fn same_run(a: &ChangeEvent, b: &ChangeEvent) -> bool {
-    let same = |x: &crate::SchemaRef, y: &crate::SchemaRef| {
-        std::sync::Arc::ptr_eq(x, y) || x.name == y.name
-    };
-    match (&a.kind, &b.kind) {
-        (EventKind::Insert { table: x, .. }, EventKind::Insert { table: y, .. })
-        | (EventKind::Update { table: x, .. }, EventKind::Update { table: y, .. })
-        | (EventKind::Delete { table: x, .. }, EventKind::Delete { table: y, .. }) => same(x, y),
-        _ => false,
-    }
-}
-
 impl TableCounts {
     /// Counts one event written to the sink.
     #[cfg(test)]
@@ -92,29 +78,11 @@ impl TableCounts {
     /// Counts the events of a batch written to the sink. A run of row changes of one
     /// kind to one table (a snapshot chunk, a bulk insert) is counted once for all:
     /// the map look-ups by table name cost more than the rest of the per-row work.
-    pub(super) fn record_all<'a>(&mut self, events: impl IntoIterator<Item = &'a ChangeEvent>) {
-        let mut run: Option<(&ChangeEvent, u64)> = None;
-        for event in events {
-            if let Some((first, n)) = &mut run
-                && same_run(first, event)
-            {
-                *n += 1;
-                continue;
+    pub(super) fn record_all(&mut self, events: &[ChangeEvent]) {
+        for run in events.chunk_by(ChangeEvent::same_row_run) {
+            if let Some(first) = run.first() {
+                self.record_times(first, run.len() as u64);
             }
-            if let Some((first, n)) = run.take() {
-                self.record_times(first, n);
-            }
-            if matches!(
-                event.kind,
-                EventKind::Insert { .. } | EventKind::Update { .. } | EventKind::Delete { .. }
-            ) {
-                run = Some((event, 1));
-            } else {
-                self.record_times(event, 1);
-            }
-        }
-        if let Some((first, n)) = run {
-            self.record_times(first, n);
         }
     }
 
