@@ -14,14 +14,19 @@
 //! - `lib-count-text`: the same with text tuples;
 //! - `lib-feldera`: `PgSource` → `Pipeline` → Feldera JSON sink to `std::io::sink()`;
 //! - `lib-feldera-text`: the same with text tuples;
-//! - `cli-out-dir`: the `pgcdc` binary as a user runs it, `pgcdc stream --out-dir`
-//!   (durable Feldera JSON files, checkpoint every 100 ms);
+//! - `cli-stdout`: the `pgcdc` binary as a user runs it, `pgcdc stream` writing Feldera JSON
+//!   to stdout (`/dev/null`), on the allocator the binary ships with (jemalloc);
+//! - `cli-out-dir`: the same with `--out-dir` (durable Feldera JSON files, checkpoint every
+//!   100 ms);
 //! - `cli-jetstream`: `pgcdc stream --sink nats://…` into a stream of a local single-node
 //!   nats-server (file storage, one message per change); the server's CPU counts as
 //!   "other CPU"; `cli-jetstream-tx`: the same with `--grouping transaction` (one message
 //!   per run of a transaction's changes, up to the server's 8 MB max_payload);
 //! - `raw`: an experiment, not the library's client — see `rawread.rs` (a single-threaded
 //!   blocking reader feeding the `ChangeAssembler`; `raw+lowat=65536+timeout-ms=2`).
+//!
+//! The `lib-*` consumers run in this binary, on the system allocator (glibc): the
+//! library's cost as an embedder that keeps the default sees it.
 //!
 //! A library consumer may carry options for its child after `+`, e.g.
 //! `lib-count+threads=1+read-buffer=65536` (see `consume.rs` for the options), and
@@ -313,6 +318,7 @@ fn cli_consumer(
         ])
         .args(["--end-lsn", end, "--quiet", "--summary", "none"]);
     match (output, nats) {
+        ("stdout", _) => {}
         ("out-dir", _) => {
             cmd.arg("--out-dir").arg(scratch.join(slot));
         }
@@ -410,7 +416,9 @@ pub async fn run(args: &Args) -> Result<(), String> {
             }
             None => stream_consumer(&cluster, consumer, slot, &end, args, &[])?,
         };
-        let run = runner::measure(&cluster, consumer, cmd, server, false).await?;
+        // `cli-stdout` prints the data itself: its output goes to /dev/null unread.
+        let discard = consumer == "cli-stdout";
+        let run = runner::measure(&cluster, consumer, cmd, server, discard).await?;
         if let (Some(nats), "cli-jetstream") = (&nats, consumer.as_str()) {
             // One message per change, plus an empty end marker for each transaction whose
             // commit came in a later batch than its last change.
