@@ -14,6 +14,7 @@ use super::names::{MULTIPLEXED_FILE, is_data_file_name, legacy_table, table_file
 use super::no_follow::{self, Access};
 use super::options::{CrashInjection, CrashPoint, FileLayout, FileSinkOptions};
 use super::state::{CheckpointState, remove_stale_temp, replace_checkpoint, sync_dir};
+use super::writeback::start_writeback;
 use crate::feldera::{FelderaEncoder, Frame, FrameSet, Framing, PolicyLog};
 
 /// One data file and the bytes pending for it.
@@ -29,8 +30,16 @@ struct Output {
     len: u64,
     /// Whether bytes were written since the last fsync.
     dirty: bool,
+    /// Where the bytes start whose write-back was neither started nor synced.
+    writeback_from: u64,
     frame: Frame,
 }
+
+/// Bytes appended to one file before their write-back is started ahead of the next
+/// checkpoint. Large enough that a slow stream does not write the same page to the disk
+/// again for every batch (as PostgreSQL's `backend_flush_after` and RocksDB's
+/// `bytes_per_sync` do); small against the bytes a busy 100 ms interval appends.
+const WRITEBACK_AFTER: u64 = 1 << 20;
 
 /// The data files, as a [`FrameSet`] for the encoder.
 #[derive(Debug)]
@@ -71,6 +80,7 @@ impl Outputs {
             path: self.dir.join(name),
             len: 0,
             dirty: false,
+            writeback_from: 0,
             frame: Frame::new(self.framing),
         });
         let index = self.files.len() - 1;
@@ -104,17 +114,19 @@ impl Outputs {
             if out.frame.is_empty() {
                 continue;
             }
-            out.file
-                .as_mut()
-                .ok_or_else(|| {
-                    Error::sink(format!(
-                        "internal: {} was written to before it was created",
-                        out.path.display()
-                    ))
-                })?
-                .write_all(out.frame.bytes())
+            let file = out.file.as_mut().ok_or_else(|| {
+                Error::sink(format!(
+                    "internal: {} was written to before it was created",
+                    out.path.display()
+                ))
+            })?;
+            file.write_all(out.frame.bytes())
                 .map_err(|e| io_error("writing", &out.path, e))?;
             out.len += out.frame.bytes().len() as u64;
+            if out.len.saturating_sub(out.writeback_from) >= WRITEBACK_AFTER {
+                start_writeback(file, out.writeback_from, out.len - out.writeback_from);
+                out.writeback_from = out.len;
+            }
             out.dirty = true;
             out.frame.clear();
         }
@@ -283,6 +295,7 @@ impl Core {
             let out = outputs.output(name)?;
             out.file = Some(file);
             out.len = len;
+            out.writeback_from = len;
         }
         sync_dir(&dir)?;
         if !durable.pending.is_empty() {
@@ -448,6 +461,7 @@ impl Core {
                     return Err(io_error("truncating", &out.path, e));
                 }
                 out.len = target;
+                out.writeback_from = out.writeback_from.min(target);
             }
             // Data before the snapshot start that no checkpoint covers yet stays
             // uncovered: the durable length never grows here.
@@ -477,6 +491,7 @@ impl Core {
                     return Err(io_error("syncing", &out.path, e));
                 }
                 out.dirty = false;
+                out.writeback_from = out.len;
             }
         }
         if self.outputs.created {

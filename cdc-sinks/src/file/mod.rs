@@ -52,6 +52,7 @@ mod names;
 mod no_follow;
 mod options;
 mod state;
+mod writeback;
 
 use async_trait::async_trait;
 use cdc_core::{Ack, Acknowledger, Error, Result, ResumeToken, Sink, SinkBatch};
