@@ -16,6 +16,7 @@
 //! - `lib-feldera-text`: the same with text tuples;
 //! - `cli-stdout`: the `pgcdc` binary as a user runs it, `pgcdc stream` writing Feldera JSON
 //!   to stdout (`/dev/null`), on the allocator the binary ships with (jemalloc);
+//!   `cli-stdout-unix`: the same over the Unix socket;
 //! - `cli-out-dir`: the same with `--out-dir` (durable Feldera JSON files, checkpoint every
 //!   100 ms);
 //! - `cli-jetstream`: `pgcdc stream --sink nats://…` into a stream of a local single-node
@@ -305,7 +306,13 @@ fn cli_consumer(
     nats: Option<&cdc_testkit::NatsCluster>,
     scratch: &std::path::Path,
 ) -> Result<(std::process::Command, Server), String> {
-    let uri = cluster.uri("postgres", "postgres", None);
+    let (output, uri) = match output.strip_suffix("-unix") {
+        Some(output) => (
+            output,
+            cluster.socket_connection_string("postgres", "postgres", None),
+        ),
+        None => (output, cluster.uri("postgres", "postgres", None)),
+    };
     let mut cmd = std::process::Command::new(runner::pgcdc_binary()?);
     cmd.args(["stream", "--uri", &uri, "--publication", "pub"])
         .args([
@@ -417,7 +424,7 @@ pub async fn run(args: &Args) -> Result<(), String> {
             None => stream_consumer(&cluster, consumer, slot, &end, args, &[])?,
         };
         // `cli-stdout` prints the data itself: its output goes to /dev/null unread.
-        let discard = consumer == "cli-stdout";
+        let discard = consumer.starts_with("cli-stdout");
         let run = runner::measure(&cluster, consumer, cmd, server, discard).await?;
         if let (Some(nats), "cli-jetstream") = (&nats, consumer.as_str()) {
             // One message per change, plus an empty end marker for each transaction whose
