@@ -5,7 +5,7 @@
 use cdc_core::{Error, Lsn, Row, quote_identifier};
 use cdc_pgoutput::protocol::ByteBlocks;
 
-use super::copy::{check_ended, columns_for_copy, next_decoded_row};
+use super::copy::{check_ended, columns_for_copy, decode_rows};
 use super::copy_binary::CopyBinaryDecoder;
 use crate::catalog::CatalogTable;
 use crate::conn::sql_session::SqlSession;
@@ -253,12 +253,9 @@ pub(crate) async fn read_chunk(
             Some("COMMIT"),
             &context,
             |data| {
-                decoder.feed(data);
-                while let Some(row) = next_decoded_row(&mut decoder, table, &context, &mut blocks)?
-                {
+                decode_rows(&mut decoder, table, &context, &mut blocks, data, |row| {
                     rows.push(row);
-                }
-                Ok(())
+                })
             },
         )
         .await?;

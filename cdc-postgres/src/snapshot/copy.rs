@@ -266,9 +266,7 @@ async fn copy_item(
     loop {
         let more = session
             .copy_data(&mut copy, |data| {
-                decoder.feed(data);
-                while let Some(row) = next_decoded_row(&mut decoder, table, &context, &mut blocks)?
-                {
+                decode_rows(&mut decoder, table, &context, &mut blocks, data, |row| {
                     rows.push(row);
                     count += 1;
                     if rows.len() >= ROWS_PER_MESSAGE {
@@ -277,8 +275,7 @@ async fn copy_item(
                             Vec::with_capacity(ROWS_PER_MESSAGE),
                         ));
                     }
-                }
-                Ok(())
+                })
             })
             .await?;
         // What one read brought goes on before the next read: a full channel holds the
@@ -309,6 +306,34 @@ async fn copy_item(
             .await;
     }
     Ok(count)
+}
+
+/// Decodes the rows `data` completes (with what `decoder` kept of earlier data) as rows
+/// of `table`, handing each to `take`; errors name `context`. Rows that lie whole in
+/// `data` are read in place. Values that keep bytes (text, `bytea`, JSON, …) get their
+/// copies from `blocks`.
+pub(super) fn decode_rows(
+    decoder: &mut CopyBinaryDecoder,
+    table: &CatalogTable,
+    context: &str,
+    blocks: &mut ByteBlocks,
+    data: &[u8],
+    mut take: impl FnMut(Row),
+) -> Result<(), Error> {
+    decoder.decode(
+        data,
+        |bytes, spans| {
+            take(decode_fields(
+                table,
+                &table.column_types,
+                bytes,
+                spans,
+                blocks,
+            )?);
+            Ok(())
+        },
+        |e| Error::protocol(format!("{context}: {e}")),
+    )
 }
 
 /// The next complete row of `decoder` decoded as a row of `table` (`Ok(None)`: more bytes

@@ -1,6 +1,7 @@
 //! Incremental parser of `COPY … TO STDOUT (FORMAT binary)` output: chunks of bytes in,
 //! rows of raw field values out. Sans-IO: the caller feeds whatever the connection
-//! delivered; fields are zero-copy slices where a row lies within one chunk.
+//! delivered; with [`CopyBinaryDecoder::decode`] fields are slices of the chunk itself
+//! where a row lies within one chunk.
 //!
 //! Format (PostgreSQL documentation, "COPY", binary format): the 11-byte signature
 //! `PGCOPY\n\xff\r\n\0`, a 32-bit flags field, a 32-bit header extension length and that
@@ -67,13 +68,6 @@ impl CopyBinaryDecoder {
         !self.buffer.is_empty()
     }
 
-    fn error(&self, at: usize, problem: impl Into<String>) -> CopyFormatError {
-        CopyFormatError {
-            offset: self.consumed + at as u64,
-            problem: problem.into(),
-        }
-    }
-
     fn advance(&mut self, n: usize) {
         self.consumed += n as u64;
         self.buffer.advance(n);
@@ -83,82 +77,168 @@ impl CopyBinaryDecoder {
     /// (`None`: NULL; [`field`] reads one) — and returns what `read` made; `Ok(None)` when
     /// more bytes are needed or the data ended.
     ///
-    /// The fields are read where they were received: no allocation per row or field, and
+    /// The fields are read where they were buffered: no allocation per row or field, and
     /// no reference count on the receive buffer that rows handed to another thread would
     /// have to give back (a contended counter once cost a seventh of a snapshot's CPU).
     pub fn next_row_with<T>(
         &mut self,
         read: impl FnOnce(&[u8], &[Option<FieldSpan>]) -> T,
     ) -> Result<Option<T>, CopyFormatError> {
-        if self.state == State::Header {
-            if self.buffer.len() < SIGNATURE.len() + 8 {
-                return Ok(None);
+        loop {
+            let parsed = parse(
+                &mut self.state,
+                self.expected_fields,
+                &mut self.spans,
+                self.consumed,
+                &self.buffer,
+            )?;
+            match parsed {
+                Parsed::NeedMore => return Ok(None),
+                Parsed::Skip(len) => self.advance(len),
+                Parsed::Row(len) => {
+                    let made = read(self.buffer.get(..len).unwrap_or_default(), &self.spans);
+                    self.advance(len);
+                    return Ok(Some(made));
+                }
             }
-            if &self.buffer[..SIGNATURE.len()] != SIGNATURE {
-                return Err(self.error(0, "missing PGCOPY signature"));
+        }
+    }
+
+    /// Parses `chunk` after whatever earlier chunks left unparsed, handing every complete
+    /// row to `on_row` as [`Self::next_row_with`] does, and keeps an incomplete last row
+    /// for the next chunk. With nothing left over — PostgreSQL sends each row in a
+    /// CopyData message of its own — the rows are read in `chunk` itself, not copied
+    /// into the decoder first. A malformed stream is `format_error`'s error; the first
+    /// error of `on_row` stops the parse and is returned.
+    pub fn decode<E>(
+        &mut self,
+        chunk: &[u8],
+        mut on_row: impl FnMut(&[u8], &[Option<FieldSpan>]) -> Result<(), E>,
+        format_error: impl Fn(CopyFormatError) -> E,
+    ) -> Result<(), E> {
+        if !self.buffer.is_empty() {
+            self.feed(chunk);
+            while let Some(result) = self.next_row_with(&mut on_row).map_err(&format_error)? {
+                result?;
             }
-            let mut rest = &self.buffer[SIGNATURE.len()..];
+            return Ok(());
+        }
+        let mut rest = chunk;
+        loop {
+            let parsed = parse(
+                &mut self.state,
+                self.expected_fields,
+                &mut self.spans,
+                self.consumed,
+                rest,
+            )
+            .map_err(&format_error)?;
+            let len = match parsed {
+                Parsed::NeedMore => break,
+                Parsed::Skip(len) => len,
+                Parsed::Row(len) => {
+                    on_row(rest.get(..len).unwrap_or_default(), &self.spans)?;
+                    len
+                }
+            };
+            rest = rest.get(len..).unwrap_or_default();
+            self.consumed += len as u64;
+        }
+        // An incomplete row waits for the next chunk; bytes after the end stay pending
+        // (see `has_pending_bytes`).
+        self.feed(rest);
+        Ok(())
+    }
+}
+
+/// What the bytes at the start of a buffer hold.
+enum Parsed {
+    /// An incomplete header or row, or the data ended: nothing to consume yet.
+    NeedMore,
+    /// The header or the end-of-data trailer, this many bytes (the state moved on).
+    Skip(usize),
+    /// A row of this many bytes, its fields' spans in `spans`.
+    Row(usize),
+}
+
+/// Parses the start of `buf`, which lies `consumed` bytes into the COPY data (for error
+/// offsets): the header in state `Header`, a row or the trailer in state `Tuples`.
+fn parse(
+    state: &mut State,
+    expected_fields: Option<usize>,
+    spans: &mut Vec<Option<FieldSpan>>,
+    consumed: u64,
+    buf: &[u8],
+) -> Result<Parsed, CopyFormatError> {
+    let error = |at: usize, problem: String| CopyFormatError {
+        offset: consumed + at as u64,
+        problem,
+    };
+    match *state {
+        State::Done => Ok(Parsed::NeedMore),
+        State::Header => {
+            if buf.len() < SIGNATURE.len() + 8 {
+                return Ok(Parsed::NeedMore);
+            }
+            if buf.get(..SIGNATURE.len()) != Some(&SIGNATURE[..]) {
+                return Err(error(0, "missing PGCOPY signature".into()));
+            }
+            let mut rest = buf.get(SIGNATURE.len()..).unwrap_or_default();
             let _flags = rest.get_i32();
             let ext = rest.get_i32();
             let Ok(ext) = usize::try_from(ext) else {
-                return Err(self.error(15, "negative header extension length"));
+                return Err(error(15, "negative header extension length".into()));
             };
             let header_len = SIGNATURE.len() + 8 + ext;
-            if self.buffer.len() < header_len {
-                return Ok(None);
+            if buf.len() < header_len {
+                return Ok(Parsed::NeedMore);
             }
-            self.advance(header_len);
-            self.state = State::Tuples;
+            *state = State::Tuples;
+            Ok(Parsed::Skip(header_len))
         }
-        if self.state == State::Done {
-            return Ok(None);
-        }
-        // Parse one tuple without consuming until it is complete.
-        let buf = &self.buffer[..];
-        let Some(&[high, low]) = buf.get(..2) else {
-            return Ok(None);
-        };
-        let count = i16::from_be_bytes([high, low]);
-        if count == -1 {
-            self.advance(2);
-            self.state = State::Done;
-            return Ok(None);
-        }
-        let Ok(count) = usize::try_from(count) else {
-            return Err(self.error(0, format!("negative field count {count}")));
-        };
-        if let Some(expected) = self.expected_fields
-            && expected != count
-        {
-            return Err(self.error(0, format!("row has {count} fields, expected {expected}")));
-        }
-        let mut offset = 2;
-        self.spans.clear();
-        for _ in 0..count {
-            let Some(&[a, b, c, d]) = buf.get(offset..offset + 4) else {
-                return Ok(None);
+        State::Tuples => {
+            let Some(&[high, low]) = buf.get(..2) else {
+                return Ok(Parsed::NeedMore);
             };
-            let len = i32::from_be_bytes([a, b, c, d]);
-            offset += 4;
-            if len == -1 {
-                self.spans.push(None);
-                continue;
+            let count = i16::from_be_bytes([high, low]);
+            if count == -1 {
+                *state = State::Done;
+                return Ok(Parsed::Skip(2));
             }
-            let Ok(len) = usize::try_from(len) else {
-                return Err(CopyFormatError {
-                    offset: self.consumed + offset as u64 - 4,
-                    problem: format!("negative field length {len}"),
-                });
+            let Ok(count) = usize::try_from(count) else {
+                return Err(error(0, format!("negative field count {count}")));
             };
-            if buf.len() < offset + len {
-                return Ok(None);
+            if let Some(expected) = expected_fields
+                && expected != count
+            {
+                return Err(error(
+                    0,
+                    format!("row has {count} fields, expected {expected}"),
+                ));
             }
-            self.spans.push(Some(FieldSpan { start: offset, len }));
-            offset += len;
+            let mut offset = 2;
+            spans.clear();
+            for _ in 0..count {
+                let Some(&[a, b, c, d]) = buf.get(offset..offset + 4) else {
+                    return Ok(Parsed::NeedMore);
+                };
+                let len = i32::from_be_bytes([a, b, c, d]);
+                offset += 4;
+                if len == -1 {
+                    spans.push(None);
+                    continue;
+                }
+                let Ok(len) = usize::try_from(len) else {
+                    return Err(error(offset - 4, format!("negative field length {len}")));
+                };
+                if buf.len() < offset + len {
+                    return Ok(Parsed::NeedMore);
+                }
+                spans.push(Some(FieldSpan { start: offset, len }));
+                offset += len;
+            }
+            Ok(Parsed::Row(offset))
         }
-        let made = read(buf.get(..offset).unwrap_or_default(), &self.spans);
-        self.advance(offset);
-        Ok(Some(made))
     }
 }
 
@@ -235,6 +315,50 @@ mod tests {
         }
 
         #[test]
+        fn decoding_in_place_gives_back_the_rows_whatever_the_chunks(
+            rows in prop::collection::vec(prop::collection::vec(prop::option::of(prop::collection::vec(any::<u8>(), 0..20)), 3), 0..20),
+            cuts in prop::collection::vec(0usize..400, 0..12),
+            per_row in any::<bool>(),
+        ) {
+            let data = encode(&rows);
+            // Either one chunk per row (as PostgreSQL sends them: every row is read in
+            // place) or arbitrary cuts (rows split across chunks go through the buffer).
+            let mut bounds: Vec<usize> = if per_row {
+                let mut at = 19; // the header
+                let mut ends = vec![at];
+                for row in &rows {
+                    at += 2 + row.iter().map(|f| 4 + f.as_ref().map_or(0, Vec::len)).sum::<usize>();
+                    ends.push(at);
+                }
+                ends
+            } else {
+                cuts.into_iter().filter(|&c| c < data.len()).collect()
+            };
+            bounds.push(data.len());
+            bounds.sort_unstable();
+            bounds.dedup();
+            let mut decoder = CopyBinaryDecoder::new(Some(3));
+            let mut got: Vec<Fields> = Vec::new();
+            let mut start = 0;
+            for end in bounds {
+                decoder
+                    .decode(
+                        &data[start..end],
+                        |row, spans| {
+                            got.push(spans.iter().map(|s| s.map(|s| field(row, s).to_vec())).collect());
+                            Ok::<(), CopyFormatError>(())
+                        },
+                        |e| e,
+                    )
+                    .unwrap();
+                start = end;
+            }
+            prop_assert!(decoder.is_done());
+            prop_assert!(!decoder.has_pending_bytes());
+            prop_assert_eq!(got, rows);
+        }
+
+        #[test]
         fn arbitrary_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..200)) {
             let mut decoder = CopyBinaryDecoder::new(None);
             let mut with_sig = SIGNATURE.to_vec();
@@ -247,6 +371,29 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn decoding_stops_at_the_first_error_of_the_row_handler_or_the_format() {
+        let data = encode(&[vec![None], vec![None], vec![None]]);
+        let mut decoder = CopyBinaryDecoder::new(Some(1));
+        let mut seen = 0;
+        let stopped = decoder.decode(
+            &data,
+            |_, _| {
+                seen += 1;
+                if seen == 2 {
+                    Err("second row refused")
+                } else {
+                    Ok(())
+                }
+            },
+            |_| "format",
+        );
+        assert_eq!((stopped, seen), (Err("second row refused"), 2));
+        let mut decoder = CopyBinaryDecoder::new(Some(2));
+        let wrong = decoder.decode(&data, |_, _| Ok(()), |e| e.problem);
+        assert!(wrong.unwrap_err().contains("expected 2"));
     }
 
     #[test]
