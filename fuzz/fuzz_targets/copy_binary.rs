@@ -5,13 +5,16 @@
 //! reachable), the rest is the COPY data.
 //!
 //! Checks, beyond "never panics": the rows, the error (with its offset), `is_done` and
-//! `has_pending_bytes` are the same as when the data arrives in one piece; a failing call
-//! fails the same way when repeated; after `is_done` nothing more is returned;
-//! `has_pending_bytes` is false when every fed byte was consumed.
+//! `has_pending_bytes` are the same as when the data arrives in one piece, whether the
+//! rows are drained one by one after each chunk (`feed` + `next_row_with`) or parsed in
+//! place (`decode`); a failing call fails the same way when repeated; after `is_done`
+//! nothing more is returned; `has_pending_bytes` is false when every fed byte was
+//! consumed.
 
 #![no_main]
 
 use bytes::Bytes;
+use cdc_postgres::snapshot::copy_binary::{FieldSpan, field};
 use cdc_postgres::snapshot::{CopyBinaryDecoder, CopyFormatError};
 use libfuzzer_sys::fuzz_target;
 
@@ -25,11 +28,19 @@ struct Outcome {
     pending: bool,
 }
 
+/// A row's fields, copied out.
+fn copied(row: &[u8], spans: &[Option<FieldSpan>]) -> Row {
+    spans
+        .iter()
+        .map(|span| span.map(|s| Bytes::copy_from_slice(field(row, s))))
+        .collect()
+}
+
 /// Drains complete rows; `Err` stops the run.
 fn drain(decoder: &mut CopyBinaryDecoder, rows: &mut Vec<Row>) -> Result<(), CopyFormatError> {
     loop {
         let was_done = decoder.is_done();
-        match decoder.next_row() {
+        match decoder.next_row_with(copied) {
             Ok(Some(row)) => {
                 assert!(!was_done, "a row after the end-of-data trailer");
                 rows.push(row);
@@ -37,7 +48,7 @@ fn drain(decoder: &mut CopyBinaryDecoder, rows: &mut Vec<Row>) -> Result<(), Cop
             Ok(None) => return Ok(()),
             Err(e) => {
                 assert!(!was_done, "an error after the end-of-data trailer");
-                let again = decoder.next_row();
+                let again = decoder.next_row_with(copied);
                 assert_eq!(again.as_ref().err(), Some(&e), "a repeated error differs");
                 return Err(e);
             }
@@ -45,7 +56,7 @@ fn drain(decoder: &mut CopyBinaryDecoder, rows: &mut Vec<Row>) -> Result<(), Cop
     }
 }
 
-fn run(expected: Option<usize>, data: &[u8], chunks: &[usize]) -> Outcome {
+fn run(expected: Option<usize>, data: &[u8], chunks: &[usize], in_place: bool) -> Outcome {
     let mut decoder = CopyBinaryDecoder::new(expected);
     let mut rows = Vec::new();
     let mut error = None;
@@ -54,9 +65,22 @@ fn run(expected: Option<usize>, data: &[u8], chunks: &[usize]) -> Outcome {
     while !rest.is_empty() {
         let n = chunks[i % chunks.len()].min(rest.len());
         i += 1;
-        decoder.feed(&rest[..n]);
+        let chunk = &rest[..n];
         rest = &rest[n..];
-        if let Err(e) = drain(&mut decoder, &mut rows) {
+        let result = if in_place {
+            decoder.decode(
+                chunk,
+                |row, spans| {
+                    rows.push(copied(row, spans));
+                    Ok(())
+                },
+                |e| e,
+            )
+        } else {
+            decoder.feed(chunk);
+            drain(&mut decoder, &mut rows)
+        };
+        if let Err(e) = result {
             error = Some(e);
             break;
         }
@@ -91,9 +115,13 @@ fuzz_target!(|data: &[u8]| {
         .collect();
     let copy = &data[5..];
 
-    let whole = run(expected, copy, &[copy.len().max(1)]);
-    let chunked = run(expected, copy, &chunks);
+    let whole = run(expected, copy, &[copy.len().max(1)], false);
+    let chunked = run(expected, copy, &chunks, false);
     assert_eq!(chunked, whole, "the chunking changed the outcome");
+    let in_place = run(expected, copy, &chunks, true);
+    assert_eq!(in_place, whole, "decoding in place changed the outcome");
+    let whole_in_place = run(expected, copy, &[copy.len().max(1)], true);
+    assert_eq!(whole_in_place, whole, "decoding in place changed the outcome");
     if whole.done {
         assert!(whole.error.is_none());
     }

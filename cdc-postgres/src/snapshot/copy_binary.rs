@@ -124,30 +124,37 @@ impl CopyBinaryDecoder {
             return Ok(());
         }
         let mut rest = chunk;
-        loop {
-            let parsed = parse(
+        let result = loop {
+            let parsed = match parse(
                 &mut self.state,
                 self.expected_fields,
                 &mut self.spans,
                 self.consumed,
                 rest,
-            )
-            .map_err(&format_error)?;
-            let len = match parsed {
-                Parsed::NeedMore => break,
-                Parsed::Skip(len) => len,
-                Parsed::Row(len) => {
-                    on_row(rest.get(..len).unwrap_or_default(), &self.spans)?;
-                    len
-                }
+            ) {
+                Ok(parsed) => parsed,
+                Err(e) => break Err(format_error(e)),
+            };
+            // As in `next_row_with`, a row is consumed whatever `on_row` made of it.
+            let (len, handled) = match parsed {
+                Parsed::NeedMore => break Ok(()),
+                Parsed::Skip(len) => (len, Ok(())),
+                Parsed::Row(len) => (
+                    len,
+                    on_row(rest.get(..len).unwrap_or_default(), &self.spans),
+                ),
             };
             rest = rest.get(len..).unwrap_or_default();
             self.consumed += len as u64;
-        }
-        // An incomplete row waits for the next chunk; bytes after the end stay pending
-        // (see `has_pending_bytes`).
+            if let Err(e) = handled {
+                break Err(e);
+            }
+        };
+        // What was not consumed stays, as if fed: an incomplete row waits for the next
+        // chunk, bytes after the end or at a malformed spot stay pending (see
+        // `has_pending_bytes`).
         self.feed(rest);
-        Ok(())
+        result
     }
 }
 
