@@ -121,7 +121,10 @@ fuzz_target!(|data: &[u8]| {
     let in_place = run(expected, copy, &chunks, true);
     assert_eq!(in_place, whole, "decoding in place changed the outcome");
     let whole_in_place = run(expected, copy, &[copy.len().max(1)], true);
-    assert_eq!(whole_in_place, whole, "decoding in place changed the outcome");
+    assert_eq!(
+        whole_in_place, whole,
+        "decoding in place changed the outcome"
+    );
     if whole.done {
         assert!(whole.error.is_none());
     }
