@@ -35,6 +35,13 @@ pub struct CopyBinaryDecoder {
     buffer: BytesMut,
     /// Bytes consumed before `buffer`'s start.
     consumed: u64,
+    parser: Parser,
+}
+
+/// Where the parse is, apart from the bytes: kept beside the buffer so that it can parse
+/// the buffer or a chunk of its caller's alike.
+#[derive(Debug)]
+struct Parser {
     state: State,
     expected_fields: Option<usize>,
     /// The current row's field spans (kept to reuse the allocation).
@@ -47,9 +54,11 @@ impl CopyBinaryDecoder {
         CopyBinaryDecoder {
             buffer: BytesMut::new(),
             consumed: 0,
-            state: State::Header,
-            expected_fields,
-            spans: Vec::new(),
+            parser: Parser {
+                state: State::Header,
+                expected_fields,
+                spans: Vec::new(),
+            },
         }
     }
 
@@ -60,7 +69,7 @@ impl CopyBinaryDecoder {
 
     /// Whether the end-of-data trailer was seen.
     pub fn is_done(&self) -> bool {
-        self.state == State::Done
+        self.parser.state == State::Done
     }
 
     /// Whether unparsed bytes remain (after `is_done`, trailing garbage).
@@ -85,18 +94,12 @@ impl CopyBinaryDecoder {
         read: impl FnOnce(&[u8], &[Option<FieldSpan>]) -> T,
     ) -> Result<Option<T>, CopyFormatError> {
         loop {
-            let parsed = parse(
-                &mut self.state,
-                self.expected_fields,
-                &mut self.spans,
-                self.consumed,
-                &self.buffer,
-            )?;
-            match parsed {
+            match self.parser.parse(self.consumed, &self.buffer)? {
                 Parsed::NeedMore => return Ok(None),
                 Parsed::Skip(len) => self.advance(len),
                 Parsed::Row(len) => {
-                    let made = read(self.buffer.get(..len).unwrap_or_default(), &self.spans);
+                    let row = self.buffer.get(..len).unwrap_or_default();
+                    let made = read(row, &self.parser.spans);
                     self.advance(len);
                     return Ok(Some(made));
                 }
@@ -109,52 +112,27 @@ impl CopyBinaryDecoder {
     /// for the next chunk. With nothing left over — PostgreSQL sends each row in a
     /// CopyData message of its own — the rows are read in `chunk` itself, not copied
     /// into the decoder first. A malformed stream is `format_error`'s error; the first
-    /// error of `on_row` stops the parse and is returned.
+    /// error of `on_row` stops the parse and is returned. Either way what was not
+    /// consumed stays, as if fed (see `has_pending_bytes`).
     pub fn decode<E>(
         &mut self,
         chunk: &[u8],
-        mut on_row: impl FnMut(&[u8], &[Option<FieldSpan>]) -> Result<(), E>,
+        on_row: impl FnMut(&[u8], &[Option<FieldSpan>]) -> Result<(), E>,
         format_error: impl Fn(CopyFormatError) -> E,
     ) -> Result<(), E> {
-        if !self.buffer.is_empty() {
+        if self.buffer.is_empty() {
+            let (used, result) = self.parser.rows(self.consumed, chunk, on_row, format_error);
+            self.consumed += used as u64;
+            self.feed(chunk.get(used..).unwrap_or_default());
+            result
+        } else {
             self.feed(chunk);
-            while let Some(result) = self.next_row_with(&mut on_row).map_err(&format_error)? {
-                result?;
-            }
-            return Ok(());
+            let (used, result) =
+                self.parser
+                    .rows(self.consumed, &self.buffer, on_row, format_error);
+            self.advance(used);
+            result
         }
-        let mut rest = chunk;
-        let result = loop {
-            let parsed = match parse(
-                &mut self.state,
-                self.expected_fields,
-                &mut self.spans,
-                self.consumed,
-                rest,
-            ) {
-                Ok(parsed) => parsed,
-                Err(e) => break Err(format_error(e)),
-            };
-            // As in `next_row_with`, a row is consumed whatever `on_row` made of it.
-            let (len, handled) = match parsed {
-                Parsed::NeedMore => break Ok(()),
-                Parsed::Skip(len) => (len, Ok(())),
-                Parsed::Row(len) => (
-                    len,
-                    on_row(rest.get(..len).unwrap_or_default(), &self.spans),
-                ),
-            };
-            rest = rest.get(len..).unwrap_or_default();
-            self.consumed += len as u64;
-            if let Err(e) = handled {
-                break Err(e);
-            }
-        };
-        // What was not consumed stays, as if fed: an incomplete row waits for the next
-        // chunk, bytes after the end or at a malformed spot stay pending (see
-        // `has_pending_bytes`).
-        self.feed(rest);
-        result
     }
 }
 
@@ -168,83 +146,112 @@ enum Parsed {
     Row(usize),
 }
 
-/// Parses the start of `buf`, which lies `consumed` bytes into the COPY data (for error
-/// offsets): the header in state `Header`, a row or the trailer in state `Tuples`.
-fn parse(
-    state: &mut State,
-    expected_fields: Option<usize>,
-    spans: &mut Vec<Option<FieldSpan>>,
-    consumed: u64,
-    buf: &[u8],
-) -> Result<Parsed, CopyFormatError> {
-    let error = |at: usize, problem: String| CopyFormatError {
-        offset: consumed + at as u64,
-        problem,
-    };
-    match *state {
-        State::Done => Ok(Parsed::NeedMore),
-        State::Header => {
-            if buf.len() < SIGNATURE.len() + 8 {
-                return Ok(Parsed::NeedMore);
-            }
-            if buf.get(..SIGNATURE.len()) != Some(&SIGNATURE[..]) {
-                return Err(error(0, "missing PGCOPY signature".into()));
-            }
-            let mut rest = buf.get(SIGNATURE.len()..).unwrap_or_default();
-            let _flags = rest.get_i32();
-            let ext = rest.get_i32();
-            let Ok(ext) = usize::try_from(ext) else {
-                return Err(error(15, "negative header extension length".into()));
+impl Parser {
+    /// Parses the rows at the start of `buf`, which lies `consumed` bytes into the COPY
+    /// data, handing each to `on_row`, up to an incomplete one, the end of the data or
+    /// the first error. Returns how many bytes were consumed (a row `on_row` refused
+    /// included) and the error.
+    fn rows<E>(
+        &mut self,
+        consumed: u64,
+        buf: &[u8],
+        mut on_row: impl FnMut(&[u8], &[Option<FieldSpan>]) -> Result<(), E>,
+        format_error: impl Fn(CopyFormatError) -> E,
+    ) -> (usize, Result<(), E>) {
+        let mut used = 0;
+        loop {
+            let rest = buf.get(used..).unwrap_or_default();
+            let parsed = match self.parse(consumed + used as u64, rest) {
+                Ok(parsed) => parsed,
+                Err(e) => return (used, Err(format_error(e))),
             };
-            let header_len = SIGNATURE.len() + 8 + ext;
-            if buf.len() < header_len {
-                return Ok(Parsed::NeedMore);
+            match parsed {
+                Parsed::NeedMore => return (used, Ok(())),
+                Parsed::Skip(len) => used += len,
+                Parsed::Row(len) => {
+                    used += len;
+                    if let Err(e) = on_row(rest.get(..len).unwrap_or_default(), &self.spans) {
+                        return (used, Err(e));
+                    }
+                }
             }
-            *state = State::Tuples;
-            Ok(Parsed::Skip(header_len))
         }
-        State::Tuples => {
-            let Some(&[high, low]) = buf.get(..2) else {
-                return Ok(Parsed::NeedMore);
-            };
-            let count = i16::from_be_bytes([high, low]);
-            if count == -1 {
-                *state = State::Done;
-                return Ok(Parsed::Skip(2));
-            }
-            let Ok(count) = usize::try_from(count) else {
-                return Err(error(0, format!("negative field count {count}")));
-            };
-            if let Some(expected) = expected_fields
-                && expected != count
-            {
-                return Err(error(
-                    0,
-                    format!("row has {count} fields, expected {expected}"),
-                ));
-            }
-            let mut offset = 2;
-            spans.clear();
-            for _ in 0..count {
-                let Some(&[a, b, c, d]) = buf.get(offset..offset + 4) else {
-                    return Ok(Parsed::NeedMore);
-                };
-                let len = i32::from_be_bytes([a, b, c, d]);
-                offset += 4;
-                if len == -1 {
-                    spans.push(None);
-                    continue;
-                }
-                let Ok(len) = usize::try_from(len) else {
-                    return Err(error(offset - 4, format!("negative field length {len}")));
-                };
-                if buf.len() < offset + len {
+    }
+
+    /// Parses the start of `buf`, which lies `consumed` bytes into the COPY data (for
+    /// error offsets): the header in state `Header`, a row or the trailer in state
+    /// `Tuples`.
+    fn parse(&mut self, consumed: u64, buf: &[u8]) -> Result<Parsed, CopyFormatError> {
+        let error = |at: usize, problem: String| CopyFormatError {
+            offset: consumed + at as u64,
+            problem,
+        };
+        let spans = &mut self.spans;
+        match self.state {
+            State::Done => Ok(Parsed::NeedMore),
+            State::Header => {
+                if buf.len() < SIGNATURE.len() + 8 {
                     return Ok(Parsed::NeedMore);
                 }
-                spans.push(Some(FieldSpan { start: offset, len }));
-                offset += len;
+                if buf.get(..SIGNATURE.len()) != Some(&SIGNATURE[..]) {
+                    return Err(error(0, "missing PGCOPY signature".into()));
+                }
+                let mut rest = buf.get(SIGNATURE.len()..).unwrap_or_default();
+                let _flags = rest.get_i32();
+                let ext = rest.get_i32();
+                let Ok(ext) = usize::try_from(ext) else {
+                    return Err(error(15, "negative header extension length".into()));
+                };
+                let header_len = SIGNATURE.len() + 8 + ext;
+                if buf.len() < header_len {
+                    return Ok(Parsed::NeedMore);
+                }
+                self.state = State::Tuples;
+                Ok(Parsed::Skip(header_len))
             }
-            Ok(Parsed::Row(offset))
+            State::Tuples => {
+                let Some(&[high, low]) = buf.get(..2) else {
+                    return Ok(Parsed::NeedMore);
+                };
+                let count = i16::from_be_bytes([high, low]);
+                if count == -1 {
+                    self.state = State::Done;
+                    return Ok(Parsed::Skip(2));
+                }
+                let Ok(count) = usize::try_from(count) else {
+                    return Err(error(0, format!("negative field count {count}")));
+                };
+                if let Some(expected) = self.expected_fields
+                    && expected != count
+                {
+                    return Err(error(
+                        0,
+                        format!("row has {count} fields, expected {expected}"),
+                    ));
+                }
+                let mut offset = 2;
+                spans.clear();
+                for _ in 0..count {
+                    let Some(&[a, b, c, d]) = buf.get(offset..offset + 4) else {
+                        return Ok(Parsed::NeedMore);
+                    };
+                    let len = i32::from_be_bytes([a, b, c, d]);
+                    offset += 4;
+                    if len == -1 {
+                        spans.push(None);
+                        continue;
+                    }
+                    let Ok(len) = usize::try_from(len) else {
+                        return Err(error(offset - 4, format!("negative field length {len}")));
+                    };
+                    if buf.len() < offset + len {
+                        return Ok(Parsed::NeedMore);
+                    }
+                    spans.push(Some(FieldSpan { start: offset, len }));
+                    offset += len;
+                }
+                Ok(Parsed::Row(offset))
+            }
         }
     }
 }

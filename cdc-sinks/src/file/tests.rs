@@ -358,13 +358,17 @@ async fn a_rejected_batch_writes_nothing() {
     assert!(contents(dir.path()).values().all(String::is_empty));
 }
 
+/// A snapshot marker at `position`.
+fn marker(position: cdc_core::Position, marker: SnapshotMarker) -> ChangeEvent {
+    ChangeEvent {
+        position,
+        kind: EventKind::Snapshot(marker),
+    }
+}
+
 #[tokio::test]
 async fn a_restarted_snapshot_discards_its_rows_durably() {
     let k = keyed();
-    let marker = |p, m| ChangeEvent {
-        position: p,
-        kind: EventKind::Snapshot(m),
-    };
     let row = |p, id| insert(p, &k, vec![Value::Int4(id), text("s")]);
     let dir = tempfile::tempdir().unwrap();
     let (mut sink, _) = open(options(dir.path())).await;
@@ -413,10 +417,6 @@ async fn a_restarted_snapshot_discards_its_rows_durably() {
 #[tokio::test]
 async fn bytes_past_the_early_write_back_survive_truncation_and_reopen() {
     let k = keyed();
-    let marker = |p, m| ChangeEvent {
-        position: p,
-        kind: EventKind::Snapshot(m),
-    };
     let note = "x".repeat(4096);
     let rows = |lsn: u64, from: i32| -> Vec<ChangeEvent> {
         (0..200)
