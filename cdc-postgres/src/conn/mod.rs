@@ -71,6 +71,7 @@ pub use identity::{SLOT_PREFIX, check_resume, default_slot_name, stable_source_i
 pub use preflight::{
     PreflightOptions, PreflightReport, Problem, ProblemKind, PublishedTable, Severity, preflight,
 };
+pub use read_batching::LocalBatching;
 pub use replication::{
     CreateSlotOptions, CreatedSlot, PgOutputOptions, QueryResult, ReadSlot, ReplicationConnection,
     SnapshotAction, Streaming, SystemInfo,

@@ -339,3 +339,75 @@ async fn a_server_that_answers_probes_stays_connected() {
     assert!(read.is_err(), "no error while the server answers");
     drop(answering);
 }
+
+/// A busy loopback connection is read on the batch timer with a capped receive buffer
+/// (see `read_batching`): a burst far larger than that buffer still arrives whole and in
+/// order, and a lone message after it (the stream idle again) is still delivered.
+#[tokio::test]
+async fn a_busy_loopback_stream_read_on_the_timer_loses_and_reorders_nothing() {
+    const MESSAGES: u64 = 200_000;
+    const PER_WRITE: u64 = 500;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (client, accepted) = tokio::join!(tokio::net::TcpStream::connect(addr), listener.accept());
+    let options = StreamOptions {
+        receive_low_water: 64 * 1024,
+        local_batching: Some(LocalBatching {
+            receive_buffer: 64 * 1024,
+            wait: Duration::from_millis(4),
+        }),
+        ..quiet()
+    };
+    let mut stream = ReplicationStream::spawn(
+        Socket::Tcp(client.unwrap()),
+        BytesMut::new(),
+        "test".into(),
+        options,
+    );
+    let mut server = accepted.unwrap().0;
+    let writer = tokio::spawn(async move {
+        let payload = [9u8; 100];
+        let mut frames = Vec::new();
+        for first in (0..MESSAGES).step_by(PER_WRITE as usize) {
+            frames.clear();
+            for lsn in first..first + PER_WRITE {
+                let mut body = BytesMut::new();
+                xlog(lsn + 1, &payload).encode(&mut body);
+                frames.push(b'd');
+                frames.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+                frames.extend_from_slice(&body);
+            }
+            server.write_all(&frames).await.unwrap();
+        }
+        server
+    });
+    let mut next = 1;
+    while next <= MESSAGES {
+        match stream.next_message().await.unwrap() {
+            Some(ServerMessage::XLogData(x)) => {
+                assert_eq!(x.wal_start, Lsn(next), "messages out of order or lost");
+                assert_eq!(x.data.len(), 100);
+                next += 1;
+            }
+            Some(ServerMessage::PrimaryKeepalive(_)) => {}
+            None => panic!("the stream ended after {next} messages"),
+        }
+    }
+    let mut server = writer.await.unwrap();
+    // Idle for several waits, then one message: it must not wait for a burst to follow.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut body = BytesMut::new();
+    xlog(MESSAGES + 1, b"last").encode(&mut body);
+    let mut frame = vec![b'd'];
+    frame.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+    frame.extend_from_slice(&body);
+    server.write_all(&frame).await.unwrap();
+    let last = tokio::time::timeout(Duration::from_secs(10), stream.next_message())
+        .await
+        .expect("the lone message after the burst is delivered")
+        .unwrap();
+    match last {
+        Some(ServerMessage::XLogData(x)) => assert_eq!(x.wal_start, Lsn(MESSAGES + 1)),
+        other => panic!("unexpected {other:?}"),
+    }
+}

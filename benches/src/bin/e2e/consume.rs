@@ -9,6 +9,8 @@
 //! `--streaming off|on`, `--threads N` (tokio workers, default 2), and stream tuning
 //! `--read-buffer BYTES`, `--channel-capacity N`, `--max-events N`, `--low-water BYTES`
 //! (`StreamOptions::receive_low_water`), `--batch-wait-us N` (`StreamOptions::batch_wait`),
+//! `--local-rcvbuf BYTES` and `--local-wait-us N` (`StreamOptions::local_batching`; a
+//! receive buffer of 0 turns it off),
 //! `--stream-memory BYTES` (`PgSourceOptions::stream_memory_limit`); `--heap-sample-ms N`
 //! samples the heap in use every N ms and reports its peak (default 0: off; memory runs
 //! only, it costs CPU).
@@ -19,7 +21,7 @@ use std::time::Instant;
 use benches::measure;
 use benches::sinks::{Counted, Discard};
 use cdc_core::{Lsn, Pipeline, PipelineConfig, Sink};
-use cdc_postgres::conn::{SnapshotMode, SourceConfig, Streaming};
+use cdc_postgres::conn::{LocalBatching, SnapshotMode, SourceConfig, Streaming};
 use cdc_postgres::source::{PgSource, PgSourceOptions};
 use cdc_sinks::feldera::{EncoderOptions, FelderaStreamSink, Framing};
 
@@ -104,6 +106,14 @@ fn options(args: &Args) -> Result<PgSourceOptions, String> {
         options.stream.batch_wait.as_micros() as u64,
     )?;
     options.stream.batch_wait = std::time::Duration::from_micros(batch_wait_us);
+    // `--local-rcvbuf 0` reads a local server like a remote one (before `LocalBatching`).
+    let local = options.stream.local_batching.unwrap_or_default();
+    let local_rcvbuf = args.value("local-rcvbuf", local.receive_buffer)?;
+    let local_wait_us = args.value("local-wait-us", local.wait.as_micros() as u64)?;
+    options.stream.local_batching = (local_rcvbuf > 0).then_some(LocalBatching {
+        receive_buffer: local_rcvbuf,
+        wait: std::time::Duration::from_micros(local_wait_us),
+    });
     Ok(options)
 }
 
