@@ -17,7 +17,8 @@
 //! `send`s only append to its own socket's queue (coalesced into large segments), and the
 //! reader's reads pull those across, the delivery running in the reader's `recv` and
 //! acknowledgements. Measured (benches/README.md): the walsender's system time fell from
-//! 2.4–3.8 s to about 1.1 s for a drain of 1.3 M changes. This only works where the link
+//! 3.0–4.4 s to 1.3–2.0 s for a drain of 1.3 M changes, and the drain from 0.71× to 0.54×
+//! of `pg_recvlogical`'s time. This only works where the link
 //! is the kernel itself: over a network a small window would cap the throughput, so
 //! remote connections keep the readiness-driven reads.
 //!
@@ -61,8 +62,9 @@ pub struct LocalBatching {
 }
 
 impl Default for LocalBatching {
-    /// 64 KiB and 4 ms: the window closes above about 20 MB/s (measured: 64 KiB with 2 ms,
-    /// or 128 KiB with 4 ms, let it stay open at 30 MB/s and gained nothing).
+    /// 64 KiB and 4 ms, measured on a drain at about 30 MB/s: 64 KiB with 2 ms, or 128 KiB
+    /// with 4 ms, leave the window open and gain nothing; 64 KiB with 6 or 8 ms fills the
+    /// walsender's own send buffer between reads and stalls it (benches/README.md).
     fn default() -> Self {
         LocalBatching {
             receive_buffer: 64 * 1024,
