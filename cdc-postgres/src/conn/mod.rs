@@ -53,6 +53,7 @@ pub mod slot;
 pub mod sql;
 pub(crate) mod sql_session;
 pub mod stream;
+mod stream_options;
 mod tcp_keepalive;
 pub mod timeline;
 pub mod tls;

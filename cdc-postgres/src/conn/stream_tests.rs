@@ -2,6 +2,7 @@
 //! backpressure, coalescing, errors, end of stream, close.
 
 use super::*;
+use crate::conn::LocalBatching;
 use bytes::Bytes;
 use cdc_pgoutput::protocol::replication::{PrimaryKeepalive, XLogData};
 use tokio::io::AsyncReadExt;
