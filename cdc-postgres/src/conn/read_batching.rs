@@ -17,10 +17,10 @@
 //! `send`s only append to its own socket's queue (coalesced into large segments), and the
 //! reader's reads pull those across, the delivery running in the reader's `recv` and
 //! acknowledgements. Measured (benches/README.md): the walsender's system time fell from
-//! 3.0–4.4 s to 1.3–2.0 s for a drain of 1.3 M changes, and the drain from 0.71× to 0.54×
-//! of `pg_recvlogical`'s time. This only works where the link
-//! is the kernel itself: over a network a small window would cap the throughput, so
-//! remote connections keep the readiness-driven reads.
+//! 3.0–4.4 s to 1.1–2.0 s for a drain of 1.3 M changes, and the drain from 0.71× to 0.54×
+//! of `pg_recvlogical`'s time. This only works where the link is the kernel itself: over
+//! a network a small window would cap the throughput, so remote connections keep the
+//! readiness-driven reads.
 //!
 //! Only plain TCP: TLS records must go through the TLS layer (no raw `recv`), and Unix
 //! sockets ignore `SO_RCVLOWAT` for readiness.

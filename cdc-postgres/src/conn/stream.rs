@@ -419,13 +419,12 @@ impl StreamTask {
             if read && self.rbuf.capacity() - self.rbuf.len() < self.read_size / 4 {
                 self.rbuf.reserve(self.read_size);
             }
-            let batching = self.batching.as_ref().is_some_and(ReadBatching::active);
             // A busy local connection waits for the timer even when bytes are queued: the
             // point is to let them pile up on the walsender's side.
-            let on_timer_only = self
+            let (batching, on_timer_only) = self
                 .batching
                 .as_ref()
-                .is_some_and(ReadBatching::reads_on_timer_only);
+                .map_or((false, false), |b| (b.active(), b.reads_on_timer_only()));
             let buffered = self.rbuf.len();
             let due = tokio::time::Instant::from_std(self.schedule.poll_timeout());
             if status_timer.deadline() != due {

@@ -14,17 +14,33 @@ struct FakeServer {
     buf: BytesMut,
 }
 
+/// Appends one backend message (`tag`, length, `body`) to `out`.
+fn push_frame(out: &mut Vec<u8>, tag: u8, body: &[u8]) {
+    out.push(tag);
+    out.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+    out.extend_from_slice(body);
+}
+
+/// `message` as the CopyData frame a walsender sends.
+fn copy_data_frame(message: &ServerMessage) -> Vec<u8> {
+    let mut body = BytesMut::new();
+    message.encode(&mut body);
+    let mut frame = Vec::with_capacity(body.len() + 5);
+    push_frame(&mut frame, b'd', &body);
+    frame
+}
+
 impl FakeServer {
     async fn send(&mut self, message: ServerMessage) {
-        let mut body = BytesMut::new();
-        message.encode(&mut body);
-        self.send_frame(b'd', &body).await;
+        self.socket
+            .write_all(&copy_data_frame(&message))
+            .await
+            .unwrap();
     }
 
     async fn send_frame(&mut self, tag: u8, body: &[u8]) {
-        let mut frame = vec![tag];
-        frame.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
-        frame.extend_from_slice(body);
+        let mut frame = Vec::new();
+        push_frame(&mut frame, tag, body);
         self.socket.write_all(&frame).await.unwrap();
     }
 
@@ -222,11 +238,7 @@ async fn copy_done_ends_the_stream_after_the_messages_before_it() {
 #[tokio::test]
 async fn a_message_split_across_reads_is_reassembled() {
     let (mut stream, mut server) = pair(quiet());
-    let mut body = BytesMut::new();
-    xlog(42, &vec![7u8; 300_000]).encode(&mut body);
-    let mut frame = vec![b'd'];
-    frame.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
-    frame.extend_from_slice(&body);
+    let frame = copy_data_frame(&xlog(42, &vec![7u8; 300_000]));
     let (head, tail) = frame.split_at(3);
     server.socket.write_all(head).await.unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -372,11 +384,7 @@ async fn a_busy_loopback_stream_read_on_the_timer_loses_and_reorders_nothing() {
         for first in (0..MESSAGES).step_by(PER_WRITE as usize) {
             frames.clear();
             for lsn in first..first + PER_WRITE {
-                let mut body = BytesMut::new();
-                xlog(lsn + 1, &payload).encode(&mut body);
-                frames.push(b'd');
-                frames.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
-                frames.extend_from_slice(&body);
+                frames.extend_from_slice(&copy_data_frame(&xlog(lsn + 1, &payload)));
             }
             server.write_all(&frames).await.unwrap();
         }
@@ -397,12 +405,10 @@ async fn a_busy_loopback_stream_read_on_the_timer_loses_and_reorders_nothing() {
     let mut server = writer.await.unwrap();
     // Idle for several waits, then one message: it must not wait for a burst to follow.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let mut body = BytesMut::new();
-    xlog(MESSAGES + 1, b"last").encode(&mut body);
-    let mut frame = vec![b'd'];
-    frame.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
-    frame.extend_from_slice(&body);
-    server.write_all(&frame).await.unwrap();
+    server
+        .write_all(&copy_data_frame(&xlog(MESSAGES + 1, b"last")))
+        .await
+        .unwrap();
     let last = tokio::time::timeout(Duration::from_secs(10), stream.next_message())
         .await
         .expect("the lone message after the burst is delivered")
