@@ -7,7 +7,9 @@
 //!                                                      [--chunk-pages N]
 //! cargo run --release -p benches --bin e2e -- snapshot-cli [--scale 20] [--rounds 3] [--readers 1,2,4]
 //!                                                      [--modes consistent,online] [--outputs stdout,out-dir]
-//!                                                      [--write-tps N]
+//!                                                      [--write-tps N] [--shared-buffers 256MB]
+//! cargo run --release -p benches --bin e2e -- chunk-reads [--scale 20] [--rounds 3] [--chunk-rows 10000,50000]
+//!                                                      [--shared-buffers 256MB]
 //! cargo run --release -p benches --bin e2e -- bigtx    [--rows 1000000]
 //! cargo run --release -p benches --bin e2e -- latency  [--rates 10,1000,50000,max] [--seconds 5]
 //!                                                      [--consumers stdout,out-dir,lib] [--plot PATH]
@@ -23,6 +25,7 @@
 
 mod args;
 mod bigtx;
+mod chunk_reads;
 mod consume;
 mod drain;
 mod latency;
@@ -35,7 +38,7 @@ use std::process::ExitCode;
 
 use args::Args;
 
-const USAGE: &str = "usage: e2e <drain|snapshot|snapshot-cli|bigtx|latency|all> [--rows N] [options]; see benches/README.md";
+const USAGE: &str = "usage: e2e <drain|snapshot|snapshot-cli|chunk-reads|bigtx|latency|all> [--rows N] [options]; see benches/README.md";
 
 fn main() -> ExitCode {
     let args = match Args::parse(std::env::args().skip(1)) {
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
             "drain" => drain::run(&args).await,
             "snapshot" => snapshot::run(&args).await,
             "snapshot-cli" => snapshot_cli::run(&args).await,
+            "chunk-reads" => chunk_reads::run(&args).await,
             "bigtx" => bigtx::run(&args).await,
             "latency" => latency::run(&args).await,
             "all" => {
