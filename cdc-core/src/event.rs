@@ -244,6 +244,16 @@ impl ChangeBatch {
         ChangeBatch::default()
     }
 
+    /// An empty batch with room for `events` events: a source that knows about how many
+    /// its next batch takes (e.g. as many as the last) saves the copies of a vector that
+    /// grows by doubling.
+    pub fn with_capacity(events: usize) -> Self {
+        ChangeBatch {
+            events: Vec::with_capacity(events),
+            ..ChangeBatch::default()
+        }
+    }
+
     /// Appends an event, updating the byte count and (for `Commit`) `commit_end`.
     pub fn push(&mut self, event: ChangeEvent) {
         self.byte_size += event.approx_size();

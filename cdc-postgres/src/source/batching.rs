@@ -91,7 +91,15 @@ impl PgSource {
     /// Hands out the batch being built, recording what it covers.
     pub(super) fn take_batch(&mut self) -> ChangeBatch {
         self.took_ready = false;
-        let batch = std::mem::take(&mut self.building);
+        // The next batch gets room for as many events as this one had: under load the
+        // batches are full, and a vector of 10,000 events grown by doubling copies them
+        // about twice over. After a large batch the next may hold more room than it
+        // uses, for as long as that one batch lives.
+        let room = self
+            .building
+            .len()
+            .min(self.options.config.batch.max_events);
+        let batch = std::mem::replace(&mut self.building, ChangeBatch::with_capacity(room));
         self.building_since = None;
         self.covered_position = self.covered_position.max(batch.last_position());
         self.covered_end = self.covered_end.max(batch.commit_end);

@@ -74,6 +74,10 @@ pub struct PgSource {
     server_version: u32,
     slot: String,
     pending: VecDeque<Pending>,
+    /// Where the snapshot and backfill phases put their events before they join
+    /// `pending` (see [`Self::queue_events`]): kept for its capacity, as a new queue per
+    /// piece grew by doubling, copying its events each time.
+    events_out: VecDeque<ChangeEvent>,
     /// The batch being built; kept here so a cancelled `next_batch` loses nothing.
     building: ChangeBatch,
     building_since: Option<Instant>,
@@ -139,6 +143,7 @@ impl PgSource {
             pgoutput: None,
             server_version: 0,
             pending: VecDeque::new(),
+            events_out: VecDeque::new(),
             building: ChangeBatch::new(),
             building_since: None,
             queued_upto: None,
@@ -414,6 +419,13 @@ impl Source for PgSource {
 }
 
 impl PgSource {
+    /// Moves the events a phase put in `out` (taken from `events_out`) to `pending`, and
+    /// keeps `out`, empty, for the next piece.
+    fn queue_events(&mut self, mut out: VecDeque<ChangeEvent>) {
+        self.pending.extend(out.drain(..).map(Pending::Event));
+        self.events_out = out;
+    }
+
     async fn next_batch_inner(&mut self) -> Result<Option<ChangeBatch>> {
         loop {
             self.report_state();
@@ -440,9 +452,9 @@ impl PgSource {
                     return Ok(None);
                 }
                 Phase::Snapshot(snapshot) if !snapshot.is_finished() => {
-                    let mut out = VecDeque::new();
+                    let mut out = std::mem::take(&mut self.events_out);
                     let pulled = snapshot.pull(&mut out).await;
-                    self.pending.extend(out.into_iter().map(Pending::Event));
+                    self.queue_events(out);
                     if let Err(e) = pulled {
                         if !e.is_transient() {
                             return Err(e);
@@ -475,9 +487,9 @@ impl PgSource {
             if let Some(backfill) = self.backfill.as_mut()
                 && backfill.copying_whole()
             {
-                let mut out = VecDeque::new();
+                let mut out = std::mem::take(&mut self.events_out);
                 backfill.next_whole_piece(&mut out).await?;
-                self.pending.extend(out.into_iter().map(Pending::Event));
+                self.queue_events(out);
                 continue;
             }
             // Online snapshot: the next chunks go in between two transactions, while the
@@ -490,9 +502,9 @@ impl PgSource {
             {
                 // The next round starts as soon as this one is placed (see
                 // `finish_round`), not once these rows went out.
-                let mut out = VecDeque::new();
+                let mut out = std::mem::take(&mut self.events_out);
                 backfill.finish_round(&mut out).await?;
-                self.pending.extend(out.into_iter().map(Pending::Event));
+                self.queue_events(out);
                 continue;
             }
             let room = self.pending.len() < self.options.config.batch.max_events;
@@ -519,9 +531,9 @@ impl PgSource {
             {
                 // After a round whose snapshot missed a transaction the stream passed:
                 // read with the stream paused, which cannot miss one.
-                let mut out = VecDeque::new();
+                let mut out = std::mem::take(&mut self.events_out);
                 backfill.read_round(&mut out).await?;
-                self.pending.extend(out.into_iter().map(Pending::Event));
+                self.queue_events(out);
                 self.stream_had_turn = false;
                 continue;
             } else if self.stream_had_turn
@@ -531,9 +543,9 @@ impl PgSource {
                 && backfill.wants_whole()
                 && backfill.may_place()
             {
-                let mut out = VecDeque::new();
+                let mut out = std::mem::take(&mut self.events_out);
                 backfill.start_whole(&mut out).await?;
-                self.pending.extend(out.into_iter().map(Pending::Event));
+                self.queue_events(out);
                 self.stream_had_turn = false;
                 continue;
             }
