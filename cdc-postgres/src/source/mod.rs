@@ -59,6 +59,18 @@ enum Pending {
     End(Lsn),
 }
 
+/// The source's pending queue as the snapshot and backfill phases fill it: what they
+/// produce goes straight in (a queue of their own, moved over afterwards, cost every
+/// event one more copy).
+pub(crate) struct EventQueue<'a>(&'a mut VecDeque<Pending>);
+
+impl EventQueue<'_> {
+    /// Appends `event`.
+    pub(crate) fn push_back(&mut self, event: ChangeEvent) {
+        self.0.push_back(Pending::Event(event));
+    }
+}
+
 /// Streams a PostgreSQL publication's tables: snapshot first (per the snapshot mode), then
 /// every change, in bounded batches; confirms to the slot only what the pipeline says is
 /// acknowledged. See the crate documentation for guarantees.
@@ -74,10 +86,6 @@ pub struct PgSource {
     server_version: u32,
     slot: String,
     pending: VecDeque<Pending>,
-    /// Where the snapshot and backfill phases put their events before they join
-    /// `pending` (see [`Self::queue_events`]): kept for its capacity, as a new queue per
-    /// piece grew by doubling, copying its events each time.
-    events_out: VecDeque<ChangeEvent>,
     /// The batch being built; kept here so a cancelled `next_batch` loses nothing.
     building: ChangeBatch,
     building_since: Option<Instant>,
@@ -143,7 +151,6 @@ impl PgSource {
             pgoutput: None,
             server_version: 0,
             pending: VecDeque::new(),
-            events_out: VecDeque::new(),
             building: ChangeBatch::new(),
             building_since: None,
             queued_upto: None,
@@ -419,13 +426,6 @@ impl Source for PgSource {
 }
 
 impl PgSource {
-    /// Moves the events a phase put in `out` (taken from `events_out`) to `pending`, and
-    /// keeps `out`, empty, for the next piece.
-    fn queue_events(&mut self, mut out: VecDeque<ChangeEvent>) {
-        self.pending.extend(out.drain(..).map(Pending::Event));
-        self.events_out = out;
-    }
-
     async fn next_batch_inner(&mut self) -> Result<Option<ChangeBatch>> {
         loop {
             self.report_state();
@@ -452,9 +452,7 @@ impl PgSource {
                     return Ok(None);
                 }
                 Phase::Snapshot(snapshot) if !snapshot.is_finished() => {
-                    let mut out = std::mem::take(&mut self.events_out);
-                    let pulled = snapshot.pull(&mut out).await;
-                    self.queue_events(out);
+                    let pulled = snapshot.pull(&mut EventQueue(&mut self.pending)).await;
                     if let Err(e) = pulled {
                         if !e.is_transient() {
                             return Err(e);
@@ -487,9 +485,9 @@ impl PgSource {
             if let Some(backfill) = self.backfill.as_mut()
                 && backfill.copying_whole()
             {
-                let mut out = std::mem::take(&mut self.events_out);
-                backfill.next_whole_piece(&mut out).await?;
-                self.queue_events(out);
+                backfill
+                    .next_whole_piece(&mut EventQueue(&mut self.pending))
+                    .await?;
                 continue;
             }
             // Online snapshot: the next chunks go in between two transactions, while the
@@ -502,9 +500,9 @@ impl PgSource {
             {
                 // The next round starts as soon as this one is placed (see
                 // `finish_round`), not once these rows went out.
-                let mut out = std::mem::take(&mut self.events_out);
-                backfill.finish_round(&mut out).await?;
-                self.queue_events(out);
+                backfill
+                    .finish_round(&mut EventQueue(&mut self.pending))
+                    .await?;
                 continue;
             }
             let room = self.pending.len() < self.options.config.batch.max_events;
@@ -531,9 +529,9 @@ impl PgSource {
             {
                 // After a round whose snapshot missed a transaction the stream passed:
                 // read with the stream paused, which cannot miss one.
-                let mut out = std::mem::take(&mut self.events_out);
-                backfill.read_round(&mut out).await?;
-                self.queue_events(out);
+                backfill
+                    .read_round(&mut EventQueue(&mut self.pending))
+                    .await?;
                 self.stream_had_turn = false;
                 continue;
             } else if self.stream_had_turn
@@ -543,9 +541,9 @@ impl PgSource {
                 && backfill.wants_whole()
                 && backfill.may_place()
             {
-                let mut out = std::mem::take(&mut self.events_out);
-                backfill.start_whole(&mut out).await?;
-                self.queue_events(out);
+                backfill
+                    .start_whole(&mut EventQueue(&mut self.pending))
+                    .await?;
                 self.stream_had_turn = false;
                 continue;
             }

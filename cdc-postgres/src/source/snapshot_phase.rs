@@ -1,6 +1,5 @@
 //! Turning the copy workers' rows into snapshot events with positions and markers.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use cdc_core::{
@@ -11,6 +10,7 @@ use tokio::task::JoinSet;
 
 use crate::catalog::CatalogTable;
 use crate::snapshot::CopyMessage;
+use crate::source::EventQueue;
 
 /// A running snapshot: the workers' channel and the bookkeeping that orders markers.
 #[derive(Debug)]
@@ -36,7 +36,7 @@ impl SnapshotPhase {
         consistent_point: Lsn,
         restarted: bool,
         after: Option<Position>,
-        out: &mut VecDeque<ChangeEvent>,
+        out: &mut EventQueue<'_>,
     ) -> Result<Self, Error> {
         let n = tables.len();
         // Snapshot rows sit just before the consistent point; after a restart they must
@@ -89,7 +89,7 @@ impl SnapshotPhase {
         p
     }
 
-    fn marker(&mut self, marker: SnapshotMarker, out: &mut VecDeque<ChangeEvent>) {
+    fn marker(&mut self, marker: SnapshotMarker, out: &mut EventQueue<'_>) {
         let position = self.position();
         out.push_back(ChangeEvent {
             position,
@@ -97,7 +97,7 @@ impl SnapshotPhase {
         });
     }
 
-    fn start_table(&mut self, index: usize, out: &mut VecDeque<ChangeEvent>) {
+    fn start_table(&mut self, index: usize, out: &mut EventQueue<'_>) {
         if self.started.get(index) == Some(&false) {
             if let Some(s) = self.started.get_mut(index) {
                 *s = true;
@@ -109,7 +109,7 @@ impl SnapshotPhase {
         }
     }
 
-    fn complete_table(&mut self, index: usize, out: &mut VecDeque<ChangeEvent>) {
+    fn complete_table(&mut self, index: usize, out: &mut EventQueue<'_>) {
         if let Some(table) = self.tables.get(index) {
             let name = table.schema.name.clone();
             let rows = self.rows.get(index).copied().unwrap_or(0);
@@ -118,7 +118,7 @@ impl SnapshotPhase {
         }
     }
 
-    fn finish_if_done(&mut self, out: &mut VecDeque<ChangeEvent>) {
+    fn finish_if_done(&mut self, out: &mut EventQueue<'_>) {
         if !self.finished && self.items_left.iter().all(|n| *n == 0) {
             self.finished = true;
             let consistent_point = self.consistent_point;
@@ -146,7 +146,7 @@ impl SnapshotPhase {
 
     /// Receives the next worker message and appends its events. Cancel-safe (the only
     /// await is the channel receive).
-    pub(crate) async fn pull(&mut self, out: &mut VecDeque<ChangeEvent>) -> Result<(), Error> {
+    pub(crate) async fn pull(&mut self, out: &mut EventQueue<'_>) -> Result<(), Error> {
         let Some(message) = self.rx.recv().await else {
             return Err(Error::transient(
                 "the snapshot copy workers stopped before the snapshot was complete",

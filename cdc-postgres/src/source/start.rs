@@ -1,7 +1,6 @@
 //! What happens at start: preflight, identity and resume checks, and the choice between
 //! resuming the stream, redoing an interrupted snapshot, and creating the slot.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use cdc_core::{
@@ -18,6 +17,7 @@ use crate::conn::{
     SnapshotAction, SnapshotMode, check_resume, connect_sql, preflight,
 };
 use crate::snapshot::copy;
+use crate::source::EventQueue;
 use crate::wal_page::WalPages;
 use cdc_pgoutput::changes::{ChangeAssembler, TableRouting};
 use cdc_pgoutput::protocol::pgoutput::ProtocolVersion;
@@ -353,7 +353,6 @@ pub(super) async fn begin_snapshot(
         source.options.snapshot_workers,
         2 * source.options.snapshot_workers.max(1),
     );
-    let mut out = VecDeque::new();
     let phase = SnapshotPhase::new(
         workers,
         source.tables.clone(),
@@ -361,9 +360,8 @@ pub(super) async fn begin_snapshot(
         consistent_point,
         restarted,
         source.queued_upto,
-        &mut out,
+        &mut EventQueue(&mut source.pending),
     )?;
-    source.pending.extend(out.into_iter().map(Pending::Event));
     // The exported snapshot lives as long as this session stays idle: keep it open,
     // unused, until the copy is done.
     source.parked = Some(repl);

@@ -2,7 +2,6 @@
 //! transactions, each chunk between its markers, with the table's and the snapshot's
 //! start and completion around them, and what the resume token needs of each.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use cdc_core::{BackfillWindow, ChangeEvent, EventKind, Position, Result, SnapshotMarker};
@@ -14,6 +13,7 @@ use super::super::backfill_progress::{ChunkRecord, ChunkRows, Step};
 use super::BackfillPhase;
 use super::rounds::Request;
 use crate::snapshot::ChunkRead;
+use crate::source::EventQueue;
 
 impl BackfillPhase {
     /// What goes before a table's next chunk at the anchor: a TRUNCATE of it when its
@@ -29,7 +29,7 @@ impl BackfillPhase {
         index: usize,
         schema: &cdc_core::SchemaRef,
         first: bool,
-        out: &mut VecDeque<ChangeEvent>,
+        out: &mut EventQueue<'_>,
     ) {
         if self.announced.is_none() {
             let position = self.anchor_position();
@@ -77,7 +77,7 @@ impl BackfillPhase {
         rows: Vec<cdc_core::Row>,
         key_columns: &[usize],
         table_rows: Option<u64>,
-        out: &mut VecDeque<ChangeEvent>,
+        out: &mut EventQueue<'_>,
     ) -> (ChunkRows, Position) {
         let table = &schema.name;
         let schema = &super::super::snapshot_phase::schema_for_rows(schema);
@@ -145,7 +145,7 @@ impl BackfillPhase {
         request: &Request,
         read: ChunkRead,
         snapshot: XidSnapshot,
-        out: &mut VecDeque<ChangeEvent>,
+        out: &mut EventQueue<'_>,
     ) -> Result<()> {
         let index = request.index;
         let Some(state) = self.merge.tables().get(index) else {

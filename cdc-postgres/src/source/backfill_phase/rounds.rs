@@ -3,12 +3,11 @@
 //! background while the stream goes on, and checking each read's snapshot against what
 //! the stream passed before its chunks are placed.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use cdc_core::{ChangeEvent, Error, Result};
+use cdc_core::{Error, Result};
 use cdc_pgoutput::backfill::merge::Frontier;
 use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
 use tokio::sync::Notify;
@@ -18,6 +17,7 @@ use super::{BackfillPhase, RETRY_DELAY, stride};
 use crate::catalog::CatalogTable;
 use crate::conn::sql_session::SqlSession;
 use crate::snapshot::{ChunkRead, chunk_boundaries, read_chunk};
+use crate::source::EventQueue;
 use crate::wal_page::WalPages;
 
 /// One chunk request of a read round.
@@ -284,7 +284,7 @@ impl BackfillPhase {
     /// when one is due and may run while the stream goes on ([`Self::optimistic`]): the
     /// readers go on at once, while these rows are queued and sent (the sink takes them
     /// batch by batch, and each chunk ends a batch).
-    pub(crate) async fn finish_round(&mut self, out: &mut VecDeque<ChangeEvent>) -> Result<()> {
+    pub(crate) async fn finish_round(&mut self, out: &mut EventQueue<'_>) -> Result<()> {
         self.place_round(out).await?;
         if self.optimistic && self.wants_chunk() {
             self.start_round().await?;
@@ -293,7 +293,7 @@ impl BackfillPhase {
     }
 
     /// Waits for the background round and places its chunks.
-    async fn place_round(&mut self, out: &mut VecDeque<ChangeEvent>) -> Result<()> {
+    async fn place_round(&mut self, out: &mut EventQueue<'_>) -> Result<()> {
         let Some(handle) = self.in_flight.take() else {
             return Ok(());
         };
@@ -409,7 +409,7 @@ impl BackfillPhase {
     /// Reads the next chunks with the stream paused, and places those whose snapshot saw
     /// every transaction the stream already passed. Transient failures are retried
     /// later; others are returned.
-    pub(crate) async fn read_round(&mut self, out: &mut VecDeque<ChangeEvent>) -> Result<()> {
+    pub(crate) async fn read_round(&mut self, out: &mut EventQueue<'_>) -> Result<()> {
         self.start_round().await?;
         self.place_round(out).await
     }

@@ -15,17 +15,17 @@
 //! connection) starts the table over, after a TRUNCATE of it that removes what the sink
 //! got of it.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cdc_core::{BackfillWindow, ChangeEvent, Error, Lsn, Result};
+use cdc_core::{BackfillWindow, Error, Lsn, Result};
 use cdc_pgoutput::backfill::merge::ChunkEnd;
 
 use super::super::backfill_progress::{ChunkRecord, Step};
 use super::{BackfillPhase, RETRY_DELAY};
 use crate::conn::sql_session::SqlSession;
 use crate::snapshot::WholeTableRead;
+use crate::source::EventQueue;
 
 /// A table without a primary key being read whole.
 #[derive(Debug)]
@@ -67,7 +67,7 @@ impl BackfillPhase {
     /// transactions and holds the stream from now until [`Self::copying_whole`] is
     /// false), and places its first piece. A snapshot that misses a transaction the
     /// stream already passed, or a transient failure, is retried later.
-    pub(crate) async fn start_whole(&mut self, out: &mut VecDeque<ChangeEvent>) -> Result<()> {
+    pub(crate) async fn start_whole(&mut self, out: &mut EventQueue<'_>) -> Result<()> {
         let Some(index) = self.next_keyless() else {
             return Ok(());
         };
@@ -126,7 +126,7 @@ impl BackfillPhase {
 
     /// Places the next piece of the running whole-table copy (and, after its last rows,
     /// the table's completion, which ends the copy).
-    pub(crate) async fn next_whole_piece(&mut self, out: &mut VecDeque<ChangeEvent>) -> Result<()> {
+    pub(crate) async fn next_whole_piece(&mut self, out: &mut EventQueue<'_>) -> Result<()> {
         let tables = Arc::clone(&self.tables);
         let limit = self.options.chunk_rows.max(1);
         let Some(copy) = self.whole.as_mut() else {
