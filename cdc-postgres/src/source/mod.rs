@@ -12,6 +12,7 @@ mod backfill_phase;
 mod backfill_progress;
 mod batching;
 mod options;
+mod pending;
 mod reconnect;
 mod slot_poller;
 mod snapshot_phase;
@@ -34,6 +35,8 @@ pub use spill::TempFileSpill;
 pub use stats::{SlotRetention, SourceState, SourceStats, SourceStatsSnapshot};
 
 use self::backfill_phase::BackfillPhase;
+use self::pending::EventQueue;
+use self::pending::Pending;
 use self::snapshot_phase::SnapshotPhase;
 use crate::catalog::CatalogTable;
 use crate::conn::{PgOutputOptions, ReplicationConnection, ReplicationStream};
@@ -49,26 +52,6 @@ enum Phase {
     Snapshot(Box<SnapshotPhase>),
     Streaming,
     Ended,
-}
-
-/// An item produced but not yet put into a batch.
-#[derive(Debug)]
-enum Pending {
-    Event(ChangeEvent),
-    /// A transaction ended here (whether or not it carried events).
-    End(Lsn),
-}
-
-/// The source's pending queue as the snapshot and backfill phases fill it: what they
-/// produce goes straight in (a queue of their own, moved over afterwards, cost every
-/// event one more copy).
-pub(crate) struct EventQueue<'a>(&'a mut VecDeque<Pending>);
-
-impl EventQueue<'_> {
-    /// Appends `event`.
-    pub(crate) fn push_back(&mut self, event: ChangeEvent) {
-        self.0.push_back(Pending::Event(event));
-    }
 }
 
 /// Streams a PostgreSQL publication's tables: snapshot first (per the snapshot mode), then

@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 
 use crate::catalog::CatalogTable;
 use crate::snapshot::CopyMessage;
-use crate::source::EventQueue;
+use crate::source::pending::EventQueue;
 
 /// A running snapshot: the workers' channel and the bookkeeping that orders markers.
 #[derive(Debug)]

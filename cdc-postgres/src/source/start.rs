@@ -17,7 +17,7 @@ use crate::conn::{
     SnapshotAction, SnapshotMode, check_resume, connect_sql, preflight,
 };
 use crate::snapshot::copy;
-use crate::source::EventQueue;
+use crate::source::pending::EventQueue;
 use crate::wal_page::WalPages;
 use cdc_pgoutput::changes::{ChangeAssembler, TableRouting};
 use cdc_pgoutput::protocol::pgoutput::ProtocolVersion;

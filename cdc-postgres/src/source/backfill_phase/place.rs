@@ -13,7 +13,7 @@ use super::super::backfill_progress::{ChunkRecord, ChunkRows, Step};
 use super::BackfillPhase;
 use super::rounds::Request;
 use crate::snapshot::ChunkRead;
-use crate::source::EventQueue;
+use crate::source::pending::EventQueue;
 
 impl BackfillPhase {
     /// What goes before a table's next chunk at the anchor: a TRUNCATE of it when its

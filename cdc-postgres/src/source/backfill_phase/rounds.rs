@@ -17,7 +17,7 @@ use super::{BackfillPhase, RETRY_DELAY, stride};
 use crate::catalog::CatalogTable;
 use crate::conn::sql_session::SqlSession;
 use crate::snapshot::{ChunkRead, chunk_boundaries, read_chunk};
-use crate::source::EventQueue;
+use crate::source::pending::EventQueue;
 use crate::wal_page::WalPages;
 
 /// One chunk request of a read round.

@@ -25,7 +25,7 @@ use super::super::backfill_progress::{ChunkRecord, Step};
 use super::{BackfillPhase, RETRY_DELAY};
 use crate::conn::sql_session::SqlSession;
 use crate::snapshot::WholeTableRead;
-use crate::source::EventQueue;
+use crate::source::pending::EventQueue;
 
 /// A table without a primary key being read whole.
 #[derive(Debug)]

@@ -1,0 +1,27 @@
+//! What the source has produced but not yet put into a batch, and the handle through
+//! which the snapshot and backfill phases add to it.
+
+use std::collections::VecDeque;
+
+use cdc_core::{ChangeEvent, Lsn};
+
+/// An item produced but not yet put into a batch.
+#[derive(Debug)]
+pub(super) enum Pending {
+    /// An event for the batch.
+    Event(ChangeEvent),
+    /// A transaction ended here (whether or not it carried events).
+    End(Lsn),
+}
+
+/// The source's pending queue as the snapshot and backfill phases fill it: what they
+/// produce goes straight in (a queue of their own, moved over afterwards, cost every
+/// event one more copy).
+pub(crate) struct EventQueue<'a>(pub(super) &'a mut VecDeque<Pending>);
+
+impl EventQueue<'_> {
+    /// Appends `event`.
+    pub(crate) fn push_back(&mut self, event: ChangeEvent) {
+        self.0.push_back(Pending::Event(event));
+    }
+}
