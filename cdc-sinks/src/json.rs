@@ -43,6 +43,7 @@ fn write_str_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.push(b'"');
     let mut start = 0;
     let mut i = 0;
+    let mut tail_tried = false;
     while i < bytes.len() {
         // Sixteen, then eight bytes at a time while none needs escaping (most text has
         // none): a row's short values are mostly scanned here.
@@ -61,12 +62,17 @@ fn write_str_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
             continue;
         }
         // Fewer than eight left: the last eight bytes, overlapping some already found
-        // clean, settle the rest at once.
-        if bytes.len() - i < 8
+        // clean, settle the rest at once (tried once: if they hold a byte to escape, the
+        // rest goes byte by byte).
+        if !tail_tried
+            && bytes.len() - i < 8
             && let Some(tail) = bytes.len().checked_sub(8)
             && tail >= start
             && let Some(word) = word_at(bytes, tail)
-            && !needs_escape(word)
+            && {
+                tail_tried = true;
+                !needs_escape(word)
+            }
         {
             break;
         }

@@ -21,8 +21,8 @@
 use benches::report::Table;
 
 use crate::args::Args;
-use crate::drain::bench_cluster;
 use crate::runner::{self, Run, Server, median, secs};
+use crate::snapshot_cli::pgbench_cluster;
 
 /// The table read (pgbench's largest) and its columns, as pgcdc selects them.
 const TABLE: &str = "public.pgbench_accounts";
@@ -37,27 +37,7 @@ pub async fn run(args: &Args) -> Result<(), String> {
         .iter()
         .map(|s| s.parse().map_err(|_| format!("--chunk-rows {s:?}")))
         .collect::<Result<_, _>>()?;
-    // The benchmarks' default (256MB) is smaller than the table at scale 20: chunked
-    // reads then go through the buffer pool, while one large sequential scan reads
-    // through a small ring of buffers of its own.
-    let shared_buffers: String = args.value("shared-buffers", "256MB".to_owned())?;
-    let cluster = bench_cluster(&[("shared_buffers", shared_buffers.as_str())]).await?;
-    let mut init = runner::pg_program(&cluster, "pgbench");
-    init.args(["-i", "-q", "-s", &scale.to_string(), "-h", cluster.host()])
-        .args([
-            "-p",
-            &cluster.port().to_string(),
-            "-U",
-            "postgres",
-            "postgres",
-        ])
-        .stdout(std::process::Stdio::null());
-    let status = init
-        .status()
-        .map_err(|e| format!("cannot run pgbench: {e}"))?;
-    if !status.success() {
-        return Err(format!("pgbench -i failed: {status}"));
-    }
+    let cluster = pgbench_cluster(args, scale).await?;
     runner::timed_sql(&cluster, "vacuum", &format!("VACUUM ANALYZE {TABLE}")).await?;
     let admin = cluster
         .connect("postgres")

@@ -27,6 +27,7 @@ use benches::report::{Table, thousands};
 use crate::args::Args;
 use crate::drain::bench_cluster;
 use crate::runner::{self, Run, Server, median, mib, secs};
+use cdc_testkit::Cluster;
 
 /// The table copied (pgbench's largest).
 const TABLE: &str = "public.pgbench_accounts";
@@ -64,31 +65,7 @@ pub async fn run(args: &Args) -> Result<(), String> {
     let outputs = args.list("outputs", &["stdout", "out-dir"]);
     let binary = runner::pgcdc_binary()?;
 
-    // See `chunk_reads`: at scale 20 the table is larger than the default 256MB, so the
-    // online mode's chunk reads go through the buffer pool and evict one another.
-    let shared_buffers: String = args.value("shared-buffers", "256MB".to_owned())?;
-    let cluster = bench_cluster(&[("shared_buffers", shared_buffers.as_str())]).await?;
-    let started = std::time::Instant::now();
-    let mut init = runner::pg_program(&cluster, "pgbench");
-    init.args(["-i", "-q", "-s", &scale.to_string(), "-h", cluster.host()])
-        .args([
-            "-p",
-            &cluster.port().to_string(),
-            "-U",
-            "postgres",
-            "postgres",
-        ])
-        .stdout(std::process::Stdio::null());
-    let status = init
-        .status()
-        .map_err(|e| format!("cannot run pgbench: {e}"))?;
-    if !status.success() {
-        return Err(format!("pgbench -i failed: {status}"));
-    }
-    eprintln!(
-        "  pgbench -i -s {scale}: {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    let cluster = pgbench_cluster(args, scale).await?;
     runner::timed_sql(
         &cluster,
         "publication",
@@ -236,6 +213,38 @@ pub async fn run(args: &Args) -> Result<(), String> {
     }
     print_tables(&consumers, &runs, rows, bytes, scale, write_tps);
     Ok(())
+}
+
+/// A throwaway cluster (`--shared-buffers`, default 256MB as the other scenarios) holding
+/// a pgbench database of scale `scale`. At scale 20 `pgbench_accounts` is larger than
+/// 256MB: chunked reads then go through the buffer pool and evict one another, while one
+/// large sequential scan reads through a small ring of buffers of its own (see
+/// `chunk_reads`).
+pub async fn pgbench_cluster(args: &Args, scale: u32) -> Result<Cluster, String> {
+    let shared_buffers: String = args.value("shared-buffers", "256MB".to_owned())?;
+    let cluster = bench_cluster(&[("shared_buffers", shared_buffers.as_str())]).await?;
+    let started = std::time::Instant::now();
+    let mut init = runner::pg_program(&cluster, "pgbench");
+    init.args(["-i", "-q", "-s", &scale.to_string(), "-h", cluster.host()])
+        .args([
+            "-p",
+            &cluster.port().to_string(),
+            "-U",
+            "postgres",
+            "postgres",
+        ])
+        .stdout(std::process::Stdio::null());
+    let status = init
+        .status()
+        .map_err(|e| format!("cannot run pgbench: {e}"))?;
+    if !status.success() {
+        return Err(format!("pgbench -i failed: {status}"));
+    }
+    eprintln!(
+        "  pgbench -i -s {scale}: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(cluster)
 }
 
 /// Each run of `consumer` (not the anchor) over the mean wall time of the anchor runs right
