@@ -63,6 +63,27 @@ fn sql_error(e: tokio_postgres::Error) -> Error {
     from_tokio_postgres(e, Activity::Command, "a catalog query failed")
 }
 
+/// The server's `shared_buffers` in pages (the unit `relpages` counts in); 0 when it cannot
+/// be read, which only makes the consistent snapshot read large tables in one COPY each
+/// (see `snapshot::copy::plan`).
+pub async fn shared_buffer_pages(client: &Client) -> i64 {
+    // `setting` is in blocks of the server's page size for this parameter.
+    let row = client
+        .query_opt(
+            "SELECT setting::int8 FROM pg_settings WHERE name = 'shared_buffers'",
+            &[],
+        )
+        .await;
+    match row {
+        Ok(Some(row)) => row.try_get::<_, i64>(0).unwrap_or(0),
+        Ok(None) => 0,
+        Err(e) => {
+            tracing::debug!("cannot read shared_buffers: {e}");
+            0
+        }
+    }
+}
+
 /// Reads every table in `tables` and registers the non-built-in types of their columns in
 /// `types`. A missing table is a Config error.
 ///

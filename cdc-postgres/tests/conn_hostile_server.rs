@@ -499,8 +499,9 @@ mod copy {
     }
 
     /// Copies `public.t` with one worker from a server running `script` once the COPY
-    /// was asked for; the rows, or the error the worker reported. Bounded by [`BOUND`].
-    async fn copy_from<F, Fut>(script: F) -> Result<Vec<Row>, Error>
+    /// was asked for, its rows decoded by `decoders` tasks; the rows, or the error the
+    /// worker reported. Bounded by [`BOUND`].
+    async fn copy_from<F, Fut>(decoders: usize, script: F) -> Result<Vec<Row>, Error>
     where
         F: FnOnce(Peer) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send,
@@ -516,6 +517,7 @@ mod copy {
             table: 0,
             relation: TableName::parse("public.t").unwrap(),
             pages: None,
+            decoders,
         };
         let (mut rx, _workers) =
             spawn_workers(config, "00000003-1".into(), table(), vec![item], 1, 4);
@@ -537,9 +539,17 @@ mod copy {
 
     #[tokio::test]
     async fn copy_data_sent_a_byte_at_a_time_in_odd_messages_is_read_whole() {
-        let ids: Vec<i32> = (1..=50).map(|i| i * 7 - 300).collect();
-        let expected = ids.clone();
-        let rows = copy_from(move |mut peer| async move {
+        // Also decoded on two tasks, in segments of 512 rows.
+        for (decoders, count) in [(1, 50), (2, 1500)] {
+            copy_read_whole_in_odd_messages(decoders, count).await;
+        }
+    }
+
+    async fn copy_read_whole_in_odd_messages(decoders: usize, count: i32) {
+        let ids: Vec<i32> = (1..=count).map(|i| i * 7 - 300).collect();
+        let mut expected = ids.clone();
+        expected.sort_unstable();
+        let rows = copy_from(decoders, move |mut peer| async move {
             let data = copy_data(&ids);
             let mut out = copy_out_response();
             // Messages that cut rows (and the header) anywhere, of 1 to 13 bytes.
@@ -556,28 +566,58 @@ mod copy {
             out.extend(command_complete("COPY 50"));
             out.extend(ready());
             // Every byte in a write of its own, a moment apart: the client's reads end
-            // inside messages, at every offset.
-            for byte in out {
-                peer.send(&[byte]).await;
-                tokio::time::sleep(Duration::from_micros(300)).await;
+            // inside messages, at every offset (for the first few thousand bytes).
+            for (at, byte) in out.iter().enumerate() {
+                peer.send(&[*byte]).await;
+                if at < 4000 {
+                    tokio::time::sleep(Duration::from_micros(300)).await;
+                }
             }
             peer.serve_queries(|_| false).await;
         })
         .await
         .unwrap();
-        let got: Vec<i32> = rows
+        let mut got: Vec<i32> = rows
             .iter()
             .map(|row| match row.first() {
                 Some(Value::Int4(v)) => *v,
                 other => panic!("not an int4: {other:?}"),
             })
             .collect();
-        assert_eq!(got, expected);
+        // Decoder tasks hand their segments on in whatever order they finish.
+        got.sort_unstable();
+        assert_eq!(got, expected, "decoded by {decoders} task(s)");
+    }
+
+    #[tokio::test]
+    async fn a_value_a_decoder_task_cannot_decode_fails_the_copy() {
+        for decoders in [1, 2] {
+            let error = copy_from(decoders, |mut peer| async move {
+                let mut data = copy_data(&(1..=1000).collect::<Vec<_>>());
+                // Row 700's int4 with a 2-byte value (and the row two bytes shorter):
+                // well framed, but not an int4.
+                let row = 19 + 699 * 10;
+                data.splice(row + 2..row + 10, [0, 0, 0, 2, 0, 7]);
+                let mut out = copy_out_response();
+                out.extend(message(b'd', &data));
+                out.extend(message(b'c', &[]));
+                out.extend(command_complete("COPY 1000"));
+                out.extend(ready());
+                peer.send(&out).await;
+                peer.serve_queries(|_| false).await;
+            })
+            .await
+            .unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::Protocol, "{error}");
+            let text = error.to_string();
+            assert!(text.contains("\"id\""), "names the column: {text}");
+            assert!(text.contains("public.t"), "names the table: {text}");
+        }
     }
 
     #[tokio::test]
     async fn a_copy_data_length_over_the_cap_is_a_protocol_error() {
-        let error = copy_from(|mut peer| async move {
+        let error = copy_from(1, |mut peer| async move {
             let mut out = copy_out_response();
             // A 2 GiB CopyData announced, then silence with the connection open.
             out.extend([b'd', 0x7f, 0xff, 0xff, 0xff, 0, 0]);
@@ -594,43 +634,47 @@ mod copy {
 
     #[tokio::test]
     async fn an_error_in_the_middle_of_the_copy_is_the_servers_error() {
-        let error = copy_from(|mut peer| async move {
-            let mut out = copy_out_response();
-            let data = copy_data(&[1, 2, 3]);
-            out.extend(message(b'd', &data[..30]));
-            out.extend(message(
-                b'E',
-                b"SERROR\0C57014\0Mcanceling statement due to user request\0\0",
-            ));
-            out.extend(ready());
-            peer.send(&out).await;
-            peer.serve_queries(|_| false).await;
-        })
-        .await
-        .unwrap_err();
-        let server = error
-            .server_error()
-            .expect("the server's error is the source");
-        assert_eq!(server.code, "57014", "{error}");
-        assert!(error.to_string().contains("COPY of public.t"), "{error}");
+        for decoders in [1, 2] {
+            let error = copy_from(decoders, |mut peer| async move {
+                let mut out = copy_out_response();
+                let data = copy_data(&[1, 2, 3]);
+                out.extend(message(b'd', &data[..30]));
+                out.extend(message(
+                    b'E',
+                    b"SERROR\0C57014\0Mcanceling statement due to user request\0\0",
+                ));
+                out.extend(ready());
+                peer.send(&out).await;
+                peer.serve_queries(|_| false).await;
+            })
+            .await
+            .unwrap_err();
+            let server = error
+                .server_error()
+                .expect("the server's error is the source");
+            assert_eq!(server.code, "57014", "{error}");
+            assert!(error.to_string().contains("COPY of public.t"), "{error}");
+        }
     }
 
     #[tokio::test]
     async fn copy_data_that_ends_without_its_trailer_is_an_error() {
-        let error = copy_from(|mut peer| async move {
-            let mut out = copy_out_response();
-            let data = copy_data(&[1, 2, 3]);
-            // The rows, but not the trailer, then a clean end of the COPY.
-            out.extend(message(b'd', &data[..data.len() - 2]));
-            out.extend(message(b'c', &[]));
-            out.extend(command_complete("COPY 3"));
-            out.extend(ready());
-            peer.send(&out).await;
-            peer.serve_queries(|_| false).await;
-        })
-        .await
-        .unwrap_err();
-        assert_eq!(error.kind(), ErrorKind::Protocol, "{error}");
-        assert!(error.to_string().contains("trailer"), "{error}");
+        for decoders in [1, 2] {
+            let error = copy_from(decoders, |mut peer| async move {
+                let mut out = copy_out_response();
+                let data = copy_data(&[1, 2, 3]);
+                // The rows, but not the trailer, then a clean end of the COPY.
+                out.extend(message(b'd', &data[..data.len() - 2]));
+                out.extend(message(b'c', &[]));
+                out.extend(command_complete("COPY 3"));
+                out.extend(ready());
+                peer.send(&out).await;
+                peer.serve_queries(|_| false).await;
+            })
+            .await
+            .unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::Protocol, "{error}");
+            assert!(error.to_string().contains("trailer"), "{error}");
+        }
     }
 }

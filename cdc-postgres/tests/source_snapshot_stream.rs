@@ -205,3 +205,90 @@ async fn truncate_toast_identity_and_special_values_end_to_end() {
     running.stop().await;
     assert!(handle.duplicate_positions().is_empty());
 }
+
+/// With two workers, a table larger than a quarter of `shared_buffers` is read in one COPY
+/// whose rows two tasks decode, and a smaller one above the chunk size in `ctid` ranges:
+/// both deliver exactly the table (TOASTed values, NULLs and all), every row once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_tables_decoded_on_several_tasks_and_ctid_ranges_both_deliver_every_row_once() {
+    // 1MB of shared_buffers: a quarter is 32 pages.
+    let cluster = Cluster::builder()
+        .setting("shared_buffers", "1MB")
+        .setting("log_statement", "all")
+        .build()
+        .await
+        .unwrap();
+    cluster
+        .execute(
+            "CREATE TABLE public.big (id int PRIMARY KEY, body text, blob bytea, n numeric);
+             CREATE TABLE public.mid (id int PRIMARY KEY, body text);
+             INSERT INTO public.big
+               SELECT g, repeat(md5(g::text), 6), CASE WHEN g % 3 = 0 THEN NULL ELSE decode(md5(g::text), 'hex') END,
+                      CASE WHEN g % 5 = 0 THEN NULL ELSE g / 7.0 END
+               FROM generate_series(1, 4000) g;
+             UPDATE public.big SET body = (SELECT string_agg(md5(i::text || id::text), '') FROM generate_series(1, 400) i)
+               WHERE id % 500 = 0;
+             INSERT INTO public.mid SELECT g, repeat('m', 200) || g FROM generate_series(1, 250) g;
+             CREATE PUBLICATION pub FOR TABLE public.big, public.mid;",
+        )
+        .await
+        .unwrap();
+    // relpages is set by VACUUM (outside a transaction block).
+    cluster
+        .execute("VACUUM ANALYZE public.big, public.mid")
+        .await
+        .unwrap();
+    let admin = cluster.connect("postgres").await.unwrap();
+    let pages = |table: &'static str| {
+        let admin = &admin;
+        async move {
+            let row = admin
+                .query_one(
+                    "SELECT relpages::int8 FROM pg_class WHERE oid = $1::text::regclass",
+                    &[&table],
+                )
+                .await
+                .unwrap();
+            row.get::<_, i64>(0)
+        }
+    };
+    let (big_pages, mid_pages) = (pages("public.big").await, pages("public.mid").await);
+    assert!(
+        big_pages > 32,
+        "big must exceed a quarter of shared_buffers: {big_pages}"
+    );
+    assert!((5..=32).contains(&mid_pages), "mid: {mid_pages} pages");
+    let tables = ["public.big", "public.mid"];
+    let mut options = options(&cluster, &tables);
+    options.snapshot_workers = 2;
+    options.snapshot_chunk_pages = 4;
+    let handle = MemoryHandle::default();
+    let running = spawn(options, &handle);
+    wait_for_equal(&cluster, &handle, &tables, Duration::from_secs(60)).await;
+    running.stop().await;
+    assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
+    for (table, rows) in [("big", 4000), ("mid", 250)] {
+        let inserts = handle
+            .changes()
+            .iter()
+            .filter(
+                |e| matches!(&e.kind, EventKind::Insert { table: t, .. } if t.name.name == table),
+            )
+            .count();
+        assert_eq!(inserts, rows, "rows of {table} delivered");
+    }
+    // How each was read, as the server logged the COPYs.
+    let log = cluster.log_contents();
+    let copies: Vec<&str> = log.lines().filter(|l| l.contains("COPY (SELECT")).collect();
+    let of = |table: &str| -> Vec<&str> {
+        copies
+            .iter()
+            .copied()
+            .filter(|l| l.contains(&format!("FROM ONLY public.{table}")))
+            .collect()
+    };
+    assert_eq!(of("big").len(), 1, "{copies:#?}");
+    assert!(!of("big")[0].contains("ctid"), "{copies:#?}");
+    assert!(of("mid").len() >= 2, "{copies:#?}");
+    assert!(of("mid").iter().all(|l| l.contains("ctid")), "{copies:#?}");
+}

@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::copy_binary::{CopyBinaryDecoder, FieldSpan, field};
+use super::parallel_decode::DecoderPool;
 use crate::catalog::{CatalogTable, decodes_from_binary};
 use crate::conn::ConnectionConfig;
 use crate::conn::sql_session::SqlSession;
@@ -34,6 +35,23 @@ pub struct WorkItem {
     pub relation: TableName,
     /// Optional ctid page range `[start, end)`.
     pub pages: Option<(i64, i64)>,
+    /// Tasks decoding the item's rows: 1, the reader decodes them itself; more, the reader
+    /// only cuts the data into segments of whole rows for that many decoder tasks.
+    pub decoders: usize,
+}
+
+/// How [`plan`] divides the copy.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanOptions {
+    /// Connections copying in parallel.
+    pub workers: usize,
+    /// The size, in pages, of a table above which it is worth reading in parts (in
+    /// `ctid` ranges of this many pages, or decoded on several tasks).
+    pub chunk_pages: i64,
+    /// Whether the server scans `ctid` ranges efficiently (PostgreSQL 14+).
+    pub ctid_ranges: bool,
+    /// The server's `shared_buffers`, in pages (0 when unknown).
+    pub shared_buffer_pages: i64,
 }
 
 /// What the copy workers report.
@@ -57,21 +75,40 @@ pub enum CopyMessage {
     Failed(Error),
 }
 
-/// Splits the tables into work items: leaf partitions for partitioned tables, ctid ranges
-/// of about `chunk_pages` pages for tables larger than that when `split` is set.
-pub fn plan(tables: &[CatalogTable], chunk_pages: i64, split: bool) -> Vec<WorkItem> {
+/// Splits the tables into work items: leaf partitions for partitioned tables, and with
+/// several workers, for a table larger than `chunk_pages`:
+/// - `ctid` ranges of about `chunk_pages` pages, read by several workers at once, when the
+///   table is at most a quarter of `shared_buffers`;
+/// - otherwise one COPY whose rows several tasks decode.
+///
+/// A quarter of `shared_buffers` is where PostgreSQL's own sequential scans switch to a
+/// small ring of buffers of their own (`initscan` in heapam.c). A `ctid` range scan never
+/// does, so reading a larger table in ranges would cycle all of it through the shared
+/// pool: it costs the server more (measured 1.30× one COPY's CPU for pgbench scale 20 at
+/// 256MB, benches/README.md) and evicts the pages the server's own queries need.
+pub fn plan(tables: &[CatalogTable], options: PlanOptions) -> Vec<WorkItem> {
     let mut items = Vec::new();
+    let parallel = options.workers > 1 && options.chunk_pages > 0;
     for (index, table) in tables.iter().enumerate() {
+        let whole = |decoders| WorkItem {
+            table: index,
+            relation: table.schema.name.clone(),
+            pages: None,
+            decoders,
+        };
         if !table.partitions.is_empty() {
             items.extend(table.partitions.iter().map(|p| WorkItem {
                 table: index,
                 relation: p.clone(),
                 pages: None,
+                decoders: 1,
             }));
-        } else if split && chunk_pages > 0 && table.pages > chunk_pages {
+        } else if !parallel || table.pages <= options.chunk_pages {
+            items.push(whole(1));
+        } else if options.ctid_ranges && table.pages <= options.shared_buffer_pages / 4 {
             let mut start = 0;
             while start < table.pages {
-                let end = start + chunk_pages;
+                let end = start + options.chunk_pages;
                 // The last range is open-ended: pages added since the statistics were taken
                 // are still copied.
                 let range_end = if end >= table.pages { i64::MAX } else { end };
@@ -79,15 +116,12 @@ pub fn plan(tables: &[CatalogTable], chunk_pages: i64, split: bool) -> Vec<WorkI
                     table: index,
                     relation: table.schema.name.clone(),
                     pages: Some((start, range_end)),
+                    decoders: 1,
                 });
                 start = end;
             }
         } else {
-            items.push(WorkItem {
-                table: index,
-                relation: table.schema.name.clone(),
-                pages: None,
-            });
+            items.push(whole(options.workers));
         }
     }
     // Largest first so workers finish together.
@@ -188,7 +222,7 @@ pub fn spawn_workers(
 async fn worker(
     connection: &ConnectionConfig,
     snapshot_name: &str,
-    tables: &[CatalogTable],
+    tables: &Arc<Vec<CatalogTable>>,
     queue: &Mutex<VecDeque<WorkItem>>,
     tx: &mpsc::Sender<CopyMessage>,
 ) -> Result<(), Error> {
@@ -226,7 +260,11 @@ async fn worker(
         let Some(table) = tables.get(item.table) else {
             continue;
         };
-        let rows = copy_item(&mut session, table, &item, tx).await?;
+        let rows = if item.decoders > 1 {
+            copy_item_in_segments(&mut session, tables, table, &item, tx).await?
+        } else {
+            copy_item(&mut session, table, &item, tx).await?
+        };
         if tx
             .send(CopyMessage::ItemDone {
                 table: item.table,
@@ -306,6 +344,66 @@ async fn copy_item(
             .await;
     }
     Ok(count)
+}
+
+/// Copies one work item on `session` as [`copy_item`] does, but only cuts the data into
+/// segments of [`ROWS_PER_MESSAGE`] whole rows here, for `item.decoders` decoder tasks
+/// (see [`DecoderPool`]); each segment is one message of rows. Returns the rows copied.
+async fn copy_item_in_segments(
+    session: &mut SqlSession,
+    tables: &Arc<Vec<CatalogTable>>,
+    table: &CatalogTable,
+    item: &WorkItem,
+    tx: &mpsc::Sender<CopyMessage>,
+) -> Result<u64, Error> {
+    let statement = copy_statement(table, item);
+    let context = format!("COPY of {} failed", item.relation);
+    let mut copy = session
+        .begin_copy_out(None, &statement, None, &context)
+        .await?;
+    let mut pool = DecoderPool::start(item.decoders, tables, item.table, &context, tx);
+    let mut framer = CopyBinaryDecoder::new(Some(table.column_types.len()));
+    let mut segment = Vec::new();
+    let mut in_segment = 0;
+    let mut full = Vec::new();
+    loop {
+        let more = session
+            .copy_data(&mut copy, |data| {
+                framer.decode(
+                    data,
+                    |row, _| {
+                        segment.extend_from_slice(row);
+                        in_segment += 1;
+                        if in_segment == ROWS_PER_MESSAGE {
+                            // The next segment is about as large as this one.
+                            let next = Vec::with_capacity(segment.len() + segment.len() / 4);
+                            full.push(std::mem::replace(&mut segment, next));
+                            in_segment = 0;
+                        }
+                        Ok(())
+                    },
+                    |e| Error::protocol(format!("{context}: {e}")),
+                )
+            })
+            .await?;
+        // As in `copy_item`: what one read brought goes on before the next read, so a
+        // full queue holds the COPY back.
+        for batch in full.drain(..) {
+            if !pool.send(batch).await {
+                // The decoders stopped: their error, or nobody takes the rows any more
+                // (the session is dropped mid-COPY).
+                return pool.finish().await;
+            }
+        }
+        if !more {
+            break;
+        }
+    }
+    check_ended(&framer, &context)?;
+    if !segment.is_empty() {
+        pool.send(segment).await;
+    }
+    pool.finish().await
 }
 
 /// Decodes the rows `data` completes (with what `decoder` kept of earlier data) as rows
@@ -417,4 +515,108 @@ fn decode_fields_into(
         });
     }
     Ok(row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cdc_core::{ReplicaIdentity, TableSchema};
+
+    fn table(name: &str, pages: i64, partitions: &[&str]) -> CatalogTable {
+        CatalogTable {
+            schema: Arc::new(TableSchema {
+                name: TableName::new("public", name),
+                relation_id: 1,
+                columns: Vec::new(),
+                replica_identity: ReplicaIdentity::Default,
+                primary_key: Vec::new(),
+            }),
+            column_types: Vec::new(),
+            estimated_rows: 0,
+            pages,
+            partitions: partitions
+                .iter()
+                .map(|p| TableName::new("public", *p))
+                .collect(),
+            key_collations: Vec::new(),
+        }
+    }
+
+    /// An item as (table, relation, pages, decoders).
+    type Planned = (usize, String, Option<(i64, i64)>, usize);
+
+    fn plan_of(tables: &[CatalogTable], options: PlanOptions) -> Vec<Planned> {
+        plan(tables, options)
+            .into_iter()
+            .map(|i| (i.table, i.relation.name.clone(), i.pages, i.decoders))
+            .collect()
+    }
+
+    const TWO_WORKERS: PlanOptions = PlanOptions {
+        workers: 2,
+        chunk_pages: 100,
+        ctid_ranges: true,
+        // A quarter is 250 pages.
+        shared_buffer_pages: 1000,
+    };
+
+    #[test]
+    fn a_large_table_within_a_quarter_of_shared_buffers_is_read_in_ctid_ranges() {
+        let got = plan_of(&[table("t", 250, &[])], TWO_WORKERS);
+        assert_eq!(
+            got,
+            vec![
+                (0, "t".into(), Some((0, 100)), 1),
+                (0, "t".into(), Some((100, 200)), 1),
+                (0, "t".into(), Some((200, i64::MAX)), 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_table_over_a_quarter_of_shared_buffers_is_one_copy_decoded_by_every_worker() {
+        let got = plan_of(&[table("t", 251, &[])], TWO_WORKERS);
+        assert_eq!(got, vec![(0, "t".into(), None, 2)]);
+        // Also where shared_buffers is unknown, or ranges are not scanned efficiently.
+        for options in [
+            PlanOptions {
+                shared_buffer_pages: 0,
+                ..TWO_WORKERS
+            },
+            PlanOptions {
+                ctid_ranges: false,
+                ..TWO_WORKERS
+            },
+        ] {
+            assert_eq!(
+                plan_of(&[table("t", 120, &[])], options),
+                vec![(0, "t".into(), None, 2)]
+            );
+        }
+    }
+
+    #[test]
+    fn small_tables_one_worker_and_partitions_are_whole_items_decoded_by_their_reader() {
+        let tables = [
+            table("small", 100, &[]),
+            table("parted", 5000, &["p1", "p2"]),
+        ];
+        let got = plan_of(&tables, TWO_WORKERS);
+        assert_eq!(
+            got,
+            vec![
+                (1, "p1".into(), None, 1),
+                (1, "p2".into(), None, 1),
+                (0, "small".into(), None, 1),
+            ]
+        );
+        let one = PlanOptions {
+            workers: 1,
+            ..TWO_WORKERS
+        };
+        assert_eq!(
+            plan_of(&[table("big", 5000, &[])], one),
+            vec![(0, "big".into(), None, 1)]
+        );
+    }
 }

@@ -62,6 +62,15 @@ impl CopyBinaryDecoder {
         }
     }
 
+    /// A decoder for bare rows, without the header (and trailer) the COPY data has
+    /// around them: a segment of whole rows that another decoder cut out of the data, so
+    /// that it can be decoded on another thread. Errors' offsets are within the segment.
+    pub fn rows_only(expected_fields: Option<usize>) -> Self {
+        let mut decoder = Self::new(expected_fields);
+        decoder.parser.state = State::Tuples;
+        decoder
+    }
+
     /// Adds received bytes.
     pub fn feed(&mut self, chunk: &[u8]) {
         self.buffer.extend_from_slice(chunk);
@@ -369,6 +378,57 @@ mod tests {
             }
             prop_assert!(decoder.is_done());
             prop_assert!(!decoder.has_pending_bytes());
+            prop_assert_eq!(got, rows);
+        }
+
+        #[test]
+        fn rows_cut_into_segments_decode_alone(
+            rows in prop::collection::vec(prop::collection::vec(prop::option::of(prop::collection::vec(any::<u8>(), 0..20)), 3), 0..20),
+            rows_per_segment in 1usize..6,
+            chunk in 1usize..40,
+        ) {
+            // One decoder frames the data (fed in arbitrary chunks) and copies whole rows
+            // into segments, as a COPY decoded on several threads is split up.
+            let data = encode(&rows);
+            let mut framer = CopyBinaryDecoder::new(Some(3));
+            let mut segments = vec![Vec::new()];
+            let mut in_segment = 0;
+            for piece in data.chunks(chunk) {
+                framer
+                    .decode(
+                        piece,
+                        |row, _| {
+                            if in_segment == rows_per_segment {
+                                segments.push(Vec::new());
+                                in_segment = 0;
+                            }
+                            if let Some(last) = segments.last_mut() {
+                                last.extend_from_slice(row);
+                            }
+                            in_segment += 1;
+                            Ok::<(), CopyFormatError>(())
+                        },
+                        |e| e,
+                    )
+                    .unwrap();
+            }
+            prop_assert!(framer.is_done());
+            let mut got: Vec<Fields> = Vec::new();
+            for segment in &segments {
+                let mut decoder = CopyBinaryDecoder::rows_only(Some(3));
+                decoder
+                    .decode(
+                        segment,
+                        |row, spans| {
+                            got.push(spans.iter().map(|s| s.map(|s| field(row, s).to_vec())).collect());
+                            Ok::<(), CopyFormatError>(())
+                        },
+                        |e| e,
+                    )
+                    .unwrap();
+                prop_assert!(!decoder.has_pending_bytes());
+                prop_assert!(!decoder.is_done());
+            }
             prop_assert_eq!(got, rows);
         }
 

@@ -6,10 +6,11 @@
 pub mod chunk;
 pub mod copy;
 pub mod copy_binary;
+mod parallel_decode;
 pub mod whole_table;
 
 pub use chunk::ChunkRead;
 pub(crate) use chunk::{chunk_boundaries, read_chunk};
-pub use copy::{CopyMessage, WorkItem};
+pub use copy::{CopyMessage, PlanOptions, WorkItem};
 pub use copy_binary::{CopyBinaryDecoder, CopyFormatError};
 pub use whole_table::{WholeTableRead, WholeTableStart};

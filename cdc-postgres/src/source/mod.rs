@@ -67,6 +67,8 @@ pub struct PgSource {
     stream: Option<ReplicationStream>,
     pgoutput: Option<PgOutputOptions>,
     server_version: u32,
+    /// The server's `shared_buffers` in pages (0: unknown); see `snapshot::copy::plan`.
+    shared_buffer_pages: i64,
     slot: String,
     pending: VecDeque<Pending>,
     /// The batch being built; kept here so a cancelled `next_batch` loses nothing.
@@ -133,6 +135,7 @@ impl PgSource {
             stream: None,
             pgoutput: None,
             server_version: 0,
+            shared_buffer_pages: 0,
             pending: VecDeque::new(),
             building: ChangeBatch::new(),
             building_since: None,

@@ -72,6 +72,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
     let mut types = TypeRegistry::new();
     let tables = catalog::load_tables(&sql, &config.publication, &table_names, &mut types).await?;
     source.tables = Arc::new(tables);
+    source.shared_buffer_pages = catalog::shared_buffer_pages(&sql).await;
 
     let mut repl = ReplicationConnection::connect(&config.connection).await?;
     let system = repl.identify_system().await?;
@@ -341,8 +342,12 @@ pub(super) async fn begin_snapshot(
     };
     let items = copy::plan(
         &source.tables,
-        source.options.snapshot_chunk_pages,
-        source.options.snapshot_workers > 1 && source.server_version >= 140000,
+        copy::PlanOptions {
+            workers: source.options.snapshot_workers,
+            chunk_pages: source.options.snapshot_chunk_pages,
+            ctid_ranges: source.server_version >= 140000,
+            shared_buffer_pages: source.shared_buffer_pages,
+        },
     );
     let per_table = copy::items_per_table(&items, source.tables.len());
     let workers = copy::spawn_workers(
