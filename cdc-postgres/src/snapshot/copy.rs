@@ -24,7 +24,7 @@ use cdc_pgoutput::protocol::{ByteBlocks, BytesView};
 use cdc_pgoutput::types::{self, TypeInfo};
 
 /// Rows sent to the consumer per message.
-const ROWS_PER_MESSAGE: usize = 512;
+pub(super) const ROWS_PER_MESSAGE: usize = 512;
 
 /// One unit of copying work.
 #[derive(Clone, Debug)]
@@ -487,14 +487,33 @@ fn decode_fields_into(
     spans: &[Option<FieldSpan>],
     blocks: &RefCell<ByteBlocks>,
 ) -> Result<Row, Error> {
+    // Not shared with the receive buffer (see `BytesView::copied`); kept bytes are copied
+    // into shared blocks (see `ByteBlocks`).
+    decode_fields_with(table, types, spans, |span| {
+        Some(BytesView::copied_into(field(row_bytes, span), blocks))
+    })
+}
+
+/// One COPY row as a row of `table`, each field's bytes as `view` gives them (`None`: the
+/// span lies outside the bytes, a defect of the caller, reported as an error).
+#[inline(always)]
+pub(super) fn decode_fields_with<'a>(
+    table: &CatalogTable,
+    types: &[TypeInfo],
+    spans: &[Option<FieldSpan>],
+    view: impl Fn(FieldSpan) -> Option<BytesView<'a>>,
+) -> Result<Row, Error> {
     let mut row = Vec::with_capacity(spans.len());
     for (index, (span, ty)) in spans.iter().zip(types).enumerate() {
         row.push(match span {
             None => Value::Null,
             Some(span) => {
-                // Not shared with the receive buffer (see `BytesView::copied`); kept
-                // bytes are copied into shared blocks (see `ByteBlocks`).
-                let data = BytesView::copied_into(field(row_bytes, *span), blocks);
+                let Some(data) = view(*span) else {
+                    return Err(Error::protocol(format!(
+                        "internal: a field of a snapshot row of {} lies outside its row",
+                        table.schema.name
+                    )));
+                };
                 if decodes_from_binary(ty) {
                     types::decode_binary_view(ty, data)
                 } else {

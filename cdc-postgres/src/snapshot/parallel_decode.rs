@@ -9,12 +9,13 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use cdc_core::{Error, Row};
-use cdc_pgoutput::protocol::ByteBlocks;
+use cdc_pgoutput::protocol::BytesView;
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinSet;
 
-use super::copy::{CopyMessage, decode_rows};
+use super::copy::{CopyMessage, ROWS_PER_MESSAGE, decode_fields_with};
 use super::copy_binary::CopyBinaryDecoder;
 use crate::catalog::CatalogTable;
 
@@ -92,7 +93,6 @@ async fn decode_segments(
     let Some(catalog) = tables.get(table) else {
         return Ok(0);
     };
-    let mut blocks = ByteBlocks::new();
     let mut count = 0u64;
     loop {
         // The lock is held only while waiting for the next segment, not while decoding.
@@ -100,7 +100,7 @@ async fn decode_segments(
         let Some(segment) = segment else {
             return Ok(count);
         };
-        let rows = match decode_segment(catalog, context, &mut blocks, &segment) {
+        let rows = match decode_segment(catalog, context, segment) {
             Ok(rows) => rows,
             Err(e) => {
                 // The reader learns at its next segment that the copy is over.
@@ -116,24 +116,30 @@ async fn decode_segments(
     }
 }
 
-/// The rows of a segment of whole rows (see [`CopyBinaryDecoder::rows_only`]).
+/// The rows of a segment of whole rows (see [`CopyBinaryDecoder::segment_rows`]). Values
+/// that keep bytes share the segment's storage: the segment is one allocation made for
+/// these rows, so no copy is needed, and its reference count is counted up here and
+/// down wherever the rows are dropped — by then this task has moved on to another
+/// segment, so the two do not contend for one count. A value kept after its row is
+/// dropped keeps the whole segment (one message's rows) alive.
 fn decode_segment(
     table: &CatalogTable,
     context: &str,
-    blocks: &mut ByteBlocks,
-    segment: &[u8],
+    segment: Vec<u8>,
 ) -> Result<Vec<Row>, Error> {
+    let segment = Bytes::from(segment);
     let mut decoder = CopyBinaryDecoder::rows_only(Some(table.column_types.len()));
-    let mut rows = Vec::new();
-    decode_rows(&mut decoder, table, context, blocks, segment, |row| {
-        rows.push(row)
-    })?;
-    if decoder.has_pending_bytes() || decoder.is_done() {
-        // The reader cut the segment at row ends it had parsed itself: a part row or a
-        // trailer here is a defect in that cut, not in the server's data.
-        return Err(Error::protocol(format!(
-            "{context}: a segment of the COPY data did not hold whole rows"
-        )));
-    }
+    let mut rows = Vec::with_capacity(ROWS_PER_MESSAGE);
+    decoder.segment_rows(
+        &segment,
+        |start, spans| {
+            let row = decode_fields_with(table, &table.column_types, spans, |span| {
+                BytesView::new(&segment, span.at(start))
+            })?;
+            rows.push(row);
+            Ok(())
+        },
+        |e| Error::protocol(format!("{context}: {e}")),
+    )?;
     Ok(rows)
 }
