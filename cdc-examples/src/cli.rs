@@ -248,7 +248,9 @@ pub struct StreamArgs {
     #[arg(long, value_parser = duration_between(STATUS_INTERVAL), default_value = "5s")]
     pub status_interval: Duration,
     /// Connections copying the initial snapshot in parallel, 1 to 64 (`--snapshot online`:
-    /// chunks read at once, several key ranges of one table when fewer tables are left).
+    /// chunks read at once, several key ranges of one table when fewer tables are left;
+    /// consistent: tables at once, a large table in ctid ranges or, when over a quarter of
+    /// the server's shared_buffers, in one COPY decoded by as many threads).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub snapshot_workers: u16,
     /// Copy this table again while streaming (repeatable): the output gets a TRUNCATE of

@@ -350,12 +350,15 @@ pub(super) async fn begin_snapshot(
         },
     );
     let per_table = copy::items_per_table(&items, source.tables.len());
+    // A connection per item at most: more would only import the snapshot and leave (the
+    // readers' share of one large table goes to its decoding tasks instead).
+    let readers = source.options.snapshot_workers.min(items.len()).max(1);
     let workers = copy::spawn_workers(
         source.options.config.connection.clone(),
         snapshot_name,
         source.tables.clone(),
         items,
-        source.options.snapshot_workers,
+        readers,
         2 * source.options.snapshot_workers.max(1),
     );
     let phase = SnapshotPhase::new(
