@@ -563,7 +563,7 @@ mod copy {
                 at = end;
             }
             out.extend(message(b'c', &[]));
-            out.extend(command_complete("COPY 50"));
+            out.extend(command_complete(&format!("COPY {count}")));
             out.extend(ready());
             // Every byte in a write of its own, a moment apart: the client's reads end
             // inside messages, at every offset (for the first few thousand bytes).
@@ -675,6 +675,42 @@ mod copy {
             .unwrap_err();
             assert_eq!(error.kind(), ErrorKind::Protocol, "{error}");
             assert!(error.to_string().contains("trailer"), "{error}");
+        }
+    }
+    #[tokio::test]
+    async fn a_consumer_that_stops_taking_rows_ends_the_copy_worker() {
+        for decoders in [1, 2] {
+            let config = hostile(|mut peer| async move {
+                peer.startup().await;
+                peer.accept_login().await;
+                peer.serve_queries(|sql| sql.starts_with("COPY")).await;
+                let mut out = copy_out_response();
+                out.extend(message(b'd', &copy_data(&(1..=20_000).collect::<Vec<_>>())));
+                out.extend(message(b'c', &[]));
+                out.extend(command_complete("COPY 20000"));
+                out.extend(ready());
+                peer.send(&out).await;
+                peer.linger().await;
+            })
+            .await;
+            let item = WorkItem {
+                table: 0,
+                relation: TableName::parse("public.t").unwrap(),
+                pages: None,
+                decoders,
+            };
+            let (mut rx, mut workers) =
+                spawn_workers(config, "00000003-1".into(), table(), vec![item], 1, 1);
+            let first = tokio::time::timeout(BOUND, rx.recv()).await.unwrap();
+            assert!(matches!(first, Some(CopyMessage::Rows { .. })), "{first:?}");
+            // Nobody takes the rest: the worker (and its decoding tasks) must end, not
+            // wait for room in the channel forever.
+            drop(rx);
+            let ended = tokio::time::timeout(BOUND, async {
+                while workers.join_next().await.is_some() {}
+            })
+            .await;
+            assert!(ended.is_ok(), "decoders {decoders}: the worker did not end");
         }
     }
 }

@@ -26,6 +26,10 @@ use cdc_pgoutput::types::{self, TypeInfo};
 /// Rows sent to the consumer per message.
 pub(super) const ROWS_PER_MESSAGE: usize = 512;
 
+/// A segment of rows for the decoding tasks ends at this many bytes, if not at
+/// [`ROWS_PER_MESSAGE`] rows before (a row larger than this is a segment of its own).
+const SEGMENT_BYTES: usize = 1 << 20;
+
 /// One unit of copying work.
 #[derive(Clone, Debug)]
 pub struct WorkItem {
@@ -78,8 +82,11 @@ pub enum CopyMessage {
 /// Splits the tables into work items: leaf partitions for partitioned tables, and with
 /// several workers, for a table larger than `chunk_pages`:
 /// - `ctid` ranges of about `chunk_pages` pages, read by several workers at once, when the
-///   table is at most a quarter of `shared_buffers`;
-/// - otherwise one COPY whose rows several tasks decode.
+///   table is at most a quarter of `shared_buffers` (and the server is 14 or later);
+/// - otherwise one COPY whose rows several tasks decode (the workers' number, shared
+///   among such tables).
+///
+/// Sizes are the statistics' (`relpages`), as of the last VACUUM or ANALYZE.
 ///
 /// A quarter of `shared_buffers` is where PostgreSQL's own sequential scans switch to a
 /// small ring of buffers of their own (`initscan` in heapam.c). A `ctid` range scan never
@@ -122,6 +129,16 @@ pub fn plan(tables: &[CatalogTable], options: PlanOptions) -> Vec<WorkItem> {
             }
         } else {
             items.push(whole(options.workers));
+        }
+    }
+    // The workers' decoding share, split among the tables read in one COPY, so that
+    // decoding tasks (and the segments queued for them) stay bounded by the workers
+    // whatever the number of large tables.
+    let single_copies = items.iter().filter(|i| i.decoders > 1).count();
+    if single_copies > 1 {
+        let share = (options.workers / single_copies).max(1);
+        for item in items.iter_mut().filter(|i| i.decoders > 1) {
+            item.decoders = share;
         }
     }
     // Largest first so workers finish together.
@@ -347,7 +364,8 @@ async fn copy_item(
 }
 
 /// Copies one work item on `session` as [`copy_item`] does, but only cuts the data into
-/// segments of [`ROWS_PER_MESSAGE`] whole rows here, for `item.decoders` decoder tasks
+/// segments of [`ROWS_PER_MESSAGE`] whole rows (fewer when they reach [`SEGMENT_BYTES`])
+/// here, for `item.decoders` decoder tasks
 /// (see [`DecoderPool`]); each segment is one message of rows. Returns the rows copied.
 async fn copy_item_in_segments(
     session: &mut SqlSession,
@@ -374,10 +392,11 @@ async fn copy_item_in_segments(
                     |row, _| {
                         segment.extend_from_slice(row);
                         in_segment += 1;
-                        if in_segment == ROWS_PER_MESSAGE {
-                            // The next segment is about as large as this one.
-                            let next = Vec::with_capacity(segment.len() + segment.len() / 4);
-                            full.push(std::mem::replace(&mut segment, next));
+                        if in_segment == ROWS_PER_MESSAGE || segment.len() >= SEGMENT_BYTES {
+                            // The next segment is about as large as this one (the slack
+                            // stays allocated while its values live, so little of it).
+                            let room = (segment.len() + segment.len() / 8).min(SEGMENT_BYTES);
+                            full.push(std::mem::replace(&mut segment, Vec::with_capacity(room)));
                             in_segment = 0;
                         }
                         Ok(())
@@ -401,6 +420,7 @@ async fn copy_item_in_segments(
     }
     check_ended(&framer, &context)?;
     if !segment.is_empty() {
+        // Refused only when the decoders stopped, which `finish` reports.
         pool.send(segment).await;
     }
     pool.finish().await
@@ -510,7 +530,7 @@ pub(super) fn decode_fields_with<'a>(
             Some(span) => {
                 let Some(data) = view(*span) else {
                     return Err(Error::protocol(format!(
-                        "internal: a field of a snapshot row of {} lies outside its row",
+                        "internal: a field of a snapshot row of {} lies outside the bytes read",
                         table.schema.name
                     )));
                 };
@@ -612,6 +632,25 @@ mod tests {
                 vec![(0, "t".into(), None, 2)]
             );
         }
+    }
+
+    #[test]
+    fn tables_read_in_one_copy_share_the_workers_decoding() {
+        let four = PlanOptions {
+            workers: 4,
+            ..TWO_WORKERS
+        };
+        let got = plan_of(&[table("a", 300, &[]), table("b", 400, &[])], four);
+        assert_eq!(
+            got,
+            vec![(1, "b".into(), None, 2), (0, "a".into(), None, 2)]
+        );
+        let three = [
+            table("a", 300, &[]),
+            table("b", 400, &[]),
+            table("c", 500, &[]),
+        ];
+        assert!(plan_of(&three, TWO_WORKERS).iter().all(|i| i.3 == 1));
     }
 
     #[test]

@@ -307,8 +307,8 @@ pub struct FieldSpan {
 impl FieldSpan {
     /// Where the field lies in a buffer whose row starts at `row_start`.
     pub fn at(self, row_start: usize) -> std::ops::Range<usize> {
-        let start = row_start + self.start;
-        start..start + self.len
+        let start = row_start.saturating_add(self.start);
+        start..start.saturating_add(self.len)
     }
 }
 
@@ -466,7 +466,7 @@ mod tests {
                         |e| e,
                     )
                     .unwrap();
-                // Cut anywhere inside, a segment no longer holds whole rows.
+                // Cut short by a byte, a segment no longer holds whole rows.
                 if let Some(cut) = segment.len().checked_sub(1).filter(|&c| c > 0) {
                     let mut decoder = CopyBinaryDecoder::rows_only(Some(3));
                     let cut_short = decoder.segment_rows(&segment[..cut], |_, _| Ok(()), |e| e);

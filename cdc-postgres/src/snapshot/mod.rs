@@ -1,5 +1,6 @@
 //! Reading existing rows: the consistent snapshot (tables copied under the slot's exported
-//! snapshot, [`copy`]) and the online snapshot's chunks (the next rows of a table in key
+//! snapshot, [`copy`]; a large table's single COPY decoded on several tasks,
+//! `parallel_decode`) and the online snapshot's chunks (the next rows of a table in key
 //! order, each in a short transaction of its own, [`chunk`]; a table without a primary
 //! key whole under one snapshot, in pieces, [`whole_table`]).
 

@@ -73,9 +73,21 @@ impl DecoderPool {
         self.segments = None;
         let mut rows = 0;
         while let Some(joined) = self.decoders.join_next().await {
-            rows += joined.map_err(|e| {
-                Error::protocol(format!("a snapshot decoder task ended abnormally: {e}"))
-            })??;
+            let decoded = joined
+                .map_err(|e| {
+                    Error::protocol(format!("a snapshot decoder task ended abnormally: {e}"))
+                })
+                .and_then(|decoded| decoded);
+            match decoded {
+                Ok(decoded) => rows += decoded,
+                Err(e) => {
+                    // No rows of the item go on once its failure is reported: the other
+                    // decoders are stopped and waited for first.
+                    self.decoders.abort_all();
+                    while self.decoders.join_next().await.is_some() {}
+                    return Err(e);
+                }
+            }
         }
         Ok(rows)
     }
@@ -91,7 +103,9 @@ async fn decode_segments(
     tx: &mpsc::Sender<CopyMessage>,
 ) -> Result<u64, Error> {
     let Some(catalog) = tables.get(table) else {
-        return Ok(0);
+        return Err(Error::protocol(format!(
+            "internal: no configured table {table} to decode rows of"
+        )));
     };
     let mut count = 0u64;
     loop {

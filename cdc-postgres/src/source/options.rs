@@ -36,10 +36,11 @@ pub struct PgSourceOptions {
     /// round reads).
     pub snapshot_workers: usize,
     /// With several workers, the consistent snapshot reads a table larger than this many
-    /// 8 kB pages in parts: in ctid ranges of this size by several workers when the table
-    /// is at most a quarter of the server's `shared_buffers`, otherwise in one COPY whose
-    /// rows `snapshot_workers` tasks decode (a range scan of a larger table would cycle
-    /// it through the server's buffer pool).
+    /// 8 kB pages (by its statistics) in parts: in ctid ranges of this size by several
+    /// workers when the table is at most a quarter of the server's `shared_buffers` and
+    /// the server is PostgreSQL 14 or later, otherwise in one COPY whose rows several
+    /// tasks decode (`snapshot_workers` of them, shared among such tables; a range scan
+    /// of a larger table would cycle it through the server's buffer pool).
     pub snapshot_chunk_pages: i64,
     /// Online snapshot: rows per chunk (default 10,000). Each chunk is one short
     /// transaction; the stream waits while a chunk is read and placed, so this bounds
