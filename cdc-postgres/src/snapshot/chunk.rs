@@ -5,8 +5,9 @@
 use cdc_core::{Error, Lsn, Row, quote_identifier};
 use cdc_pgoutput::protocol::ByteBlocks;
 
-use super::copy::{check_ended, columns_for_copy, decode_rows};
+use super::copy::columns_for_copy;
 use super::copy_binary::CopyBinaryDecoder;
+use super::copy_rows::{check_ended, decode_rows};
 use crate::catalog::CatalogTable;
 use crate::conn::sql_session::SqlSession;
 use crate::wal_page::WalPages;

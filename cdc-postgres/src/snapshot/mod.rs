@@ -7,6 +7,7 @@
 pub mod chunk;
 pub mod copy;
 pub mod copy_binary;
+mod copy_rows;
 mod parallel_decode;
 pub mod whole_table;
 

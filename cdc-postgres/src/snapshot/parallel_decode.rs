@@ -15,8 +15,8 @@ use cdc_pgoutput::protocol::BytesView;
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinSet;
 
-use super::copy::{CopyMessage, ROWS_PER_MESSAGE, decode_fields_with};
 use super::copy_binary::CopyBinaryDecoder;
+use super::copy_rows::{CopyMessage, ROWS_PER_MESSAGE, decode_fields_with};
 use crate::catalog::CatalogTable;
 
 /// Segments waiting per decoder: enough that a decoder finishing one finds the next, few

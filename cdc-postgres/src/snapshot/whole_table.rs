@@ -14,8 +14,9 @@ use cdc_core::{Error, Lsn, Row};
 use cdc_pgoutput::protocol::ByteBlocks;
 
 use super::chunk::{parse_snapshot, snapshot_query};
-use super::copy::{check_ended, columns_for_copy, next_decoded_row};
+use super::copy::columns_for_copy;
 use super::copy_binary::CopyBinaryDecoder;
+use super::copy_rows::{check_ended, next_decoded_row};
 use crate::catalog::CatalogTable;
 use crate::conn::sql_session::{CopyOut, SqlSession};
 use crate::wal_page::WalPages;
