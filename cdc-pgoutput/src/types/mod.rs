@@ -144,7 +144,7 @@ fn value_from_text(ty: &TypeInfo, view: BytesView<'_>) -> Result<Value, DecodeEr
     })
 }
 
-#[inline]
+#[inline(always)]
 fn value_from_binary(ty: &TypeInfo, view: BytesView<'_>) -> Result<Value, DecodeErrorKind> {
     let data = view.as_slice();
     let kind = match &ty.kind {

@@ -17,14 +17,15 @@ use tokio::task::JoinSet;
 use super::copy_binary::CopyBinaryDecoder;
 pub use super::copy_rows::CopyMessage;
 use super::copy_rows::{ROWS_PER_MESSAGE, check_ended, decode_rows};
-use super::parallel_decode::DecoderPool;
+use super::parallel_decode::{DecoderPool, Segment};
 use crate::catalog::{CatalogTable, decodes_from_binary};
 use crate::conn::ConnectionConfig;
 use crate::conn::sql_session::SqlSession;
 use cdc_pgoutput::protocol::ByteBlocks;
 
-/// A segment of rows for the decoding tasks ends at this many bytes, if not at
-/// [`ROWS_PER_MESSAGE`] rows before (a row larger than this is a segment of its own).
+/// A segment of rows for the decoding tasks ends at this many bytes (its rows' and their
+/// fields' spans), if not at [`ROWS_PER_MESSAGE`] rows before (a row larger than this is a
+/// segment of its own).
 const SEGMENT_BYTES: usize = 1 << 20;
 
 /// One unit of copying work.
@@ -357,23 +358,18 @@ async fn copy_item_in_segments(
         .await?;
     let mut pool = DecoderPool::start(item.decoders, tables, item.table, &context, tx);
     let mut framer = CopyBinaryDecoder::new(Some(table.column_types.len()));
-    let mut segment = Vec::new();
-    let mut in_segment = 0;
+    let mut segment = Segment::default();
     let mut full = Vec::new();
     loop {
         let more = session
             .copy_data(&mut copy, |data| {
                 framer.decode(
                     data,
-                    |row, _| {
-                        segment.extend_from_slice(row);
-                        in_segment += 1;
-                        if in_segment == ROWS_PER_MESSAGE || segment.len() >= SEGMENT_BYTES {
-                            // The next segment is about as large as this one (the slack
-                            // stays allocated while its values live, so little of it).
-                            let room = (segment.len() + segment.len() / 8).min(SEGMENT_BYTES);
-                            full.push(std::mem::replace(&mut segment, Vec::with_capacity(room)));
-                            in_segment = 0;
+                    |row, spans| {
+                        segment.push(row, spans);
+                        if segment.rows() == ROWS_PER_MESSAGE || segment.size() >= SEGMENT_BYTES {
+                            let next = Segment::like(&segment);
+                            full.push(std::mem::replace(&mut segment, next));
                         }
                         Ok(())
                     },
@@ -395,7 +391,7 @@ async fn copy_item_in_segments(
         }
     }
     check_ended(&framer, &context)?;
-    if !segment.is_empty() {
+    if segment.rows() > 0 {
         // Refused only when the decoders stopped, which `finish` reports.
         pool.send(segment).await;
     }

@@ -62,15 +62,6 @@ impl CopyBinaryDecoder {
         }
     }
 
-    /// A decoder for bare rows, without the header (and trailer) the COPY data has
-    /// around them: a segment of whole rows that another decoder cut out of the data, so
-    /// that it can be decoded on another thread. Errors' offsets are within the segment.
-    pub fn rows_only(expected_fields: Option<usize>) -> Self {
-        let mut decoder = Self::new(expected_fields);
-        decoder.parser.state = State::Tuples;
-        decoder
-    }
-
     /// Adds received bytes.
     pub fn feed(&mut self, chunk: &[u8]) {
         self.buffer.extend_from_slice(chunk);
@@ -126,10 +117,9 @@ impl CopyBinaryDecoder {
     pub fn decode<E>(
         &mut self,
         chunk: &[u8],
-        mut on_row: impl FnMut(&[u8], &[Option<FieldSpan>]) -> Result<(), E>,
+        on_row: impl FnMut(&[u8], &[Option<FieldSpan>]) -> Result<(), E>,
         format_error: impl Fn(CopyFormatError) -> E,
     ) -> Result<(), E> {
-        let on_row = |_, row: &[u8], spans: &[Option<FieldSpan>]| on_row(row, spans);
         if self.buffer.is_empty() {
             let (used, result) = self.parser.rows(self.consumed, chunk, on_row, format_error);
             self.consumed += used as u64;
@@ -143,35 +133,6 @@ impl CopyBinaryDecoder {
             self.advance(used);
             result
         }
-    }
-
-    /// Parses `segment`, which must hold whole rows only (see [`Self::rows_only`]; nothing
-    /// fed before), handing each row's offset in `segment` and its fields' spans (within
-    /// the row; [`FieldSpan::at`] places them in `segment`) to `on_row`. A segment that
-    /// ends inside a row, or holds the trailer, is `format_error`'s error; the first error
-    /// of `on_row` stops the parse and is returned.
-    pub fn segment_rows<E>(
-        &mut self,
-        segment: &[u8],
-        mut on_row: impl FnMut(usize, &[Option<FieldSpan>]) -> Result<(), E>,
-        format_error: impl Fn(CopyFormatError) -> E,
-    ) -> Result<(), E> {
-        let whole = self.buffer.is_empty() && self.parser.state == State::Tuples;
-        let (used, result) = self.parser.rows(
-            self.consumed,
-            segment,
-            |start, _, spans| on_row(start, spans),
-            &format_error,
-        );
-        self.consumed += used as u64;
-        result?;
-        if !whole || used != segment.len() || self.parser.state != State::Tuples {
-            return Err(format_error(CopyFormatError {
-                offset: self.consumed,
-                problem: "a segment of whole rows ended inside a row or held more than rows".into(),
-            }));
-        }
-        Ok(())
     }
 }
 
@@ -194,7 +155,7 @@ impl Parser {
         &mut self,
         consumed: u64,
         buf: &[u8],
-        mut on_row: impl FnMut(usize, &[u8], &[Option<FieldSpan>]) -> Result<(), E>,
+        mut on_row: impl FnMut(&[u8], &[Option<FieldSpan>]) -> Result<(), E>,
         format_error: impl Fn(CopyFormatError) -> E,
     ) -> (usize, Result<(), E>) {
         let mut used = 0;
@@ -208,10 +169,8 @@ impl Parser {
                 Parsed::NeedMore => return (used, Ok(())),
                 Parsed::Skip(len) => used += len,
                 Parsed::Row(len) => {
-                    let start = used;
                     used += len;
-                    let row = rest.get(..len).unwrap_or_default();
-                    if let Err(e) = on_row(start, row, &self.spans) {
+                    if let Err(e) = on_row(rest.get(..len).unwrap_or_default(), &self.spans) {
                         return (used, Err(e));
                     }
                 }
@@ -418,61 +377,6 @@ mod tests {
             }
             prop_assert!(decoder.is_done());
             prop_assert!(!decoder.has_pending_bytes());
-            prop_assert_eq!(got, rows);
-        }
-
-        #[test]
-        fn rows_cut_into_segments_decode_alone(
-            rows in prop::collection::vec(prop::collection::vec(prop::option::of(prop::collection::vec(any::<u8>(), 0..20)), 3), 0..20),
-            rows_per_segment in 1usize..6,
-            chunk in 1usize..40,
-        ) {
-            // One decoder frames the data (fed in arbitrary chunks) and copies whole rows
-            // into segments, as a COPY decoded on several threads is split up.
-            let data = encode(&rows);
-            let mut framer = CopyBinaryDecoder::new(Some(3));
-            let mut segments = vec![Vec::new()];
-            let mut in_segment = 0;
-            for piece in data.chunks(chunk) {
-                framer
-                    .decode(
-                        piece,
-                        |row, _| {
-                            if in_segment == rows_per_segment {
-                                segments.push(Vec::new());
-                                in_segment = 0;
-                            }
-                            if let Some(last) = segments.last_mut() {
-                                last.extend_from_slice(row);
-                            }
-                            in_segment += 1;
-                            Ok::<(), CopyFormatError>(())
-                        },
-                        |e| e,
-                    )
-                    .unwrap();
-            }
-            prop_assert!(framer.is_done());
-            let mut got: Vec<Fields> = Vec::new();
-            for segment in &segments {
-                let mut decoder = CopyBinaryDecoder::rows_only(Some(3));
-                decoder
-                    .segment_rows(
-                        segment,
-                        |start, spans| {
-                            got.push(spans.iter().map(|s| s.map(|s| segment[s.at(start)].to_vec())).collect());
-                            Ok::<(), CopyFormatError>(())
-                        },
-                        |e| e,
-                    )
-                    .unwrap();
-                // Cut short by a byte, a segment no longer holds whole rows.
-                if let Some(cut) = segment.len().checked_sub(1).filter(|&c| c > 0) {
-                    let mut decoder = CopyBinaryDecoder::rows_only(Some(3));
-                    let cut_short = decoder.segment_rows(&segment[..cut], |_, _| Ok(()), |e| e);
-                    prop_assert!(cut_short.is_err());
-                }
-            }
             prop_assert_eq!(got, rows);
         }
 

@@ -1,6 +1,6 @@
 //! One COPY decoded on several tasks: the reader only cuts the data into segments of whole
-//! rows (a walk over the field lengths and a copy), and decoder tasks turn the segments
-//! into rows, whichever is free taking the next.
+//! rows (a walk over the field lengths, and a copy of the rows and of where their fields
+//! lie), and decoder tasks turn the segments into rows, whichever is free taking the next.
 //!
 //! For a table too large to read in `ctid` ranges without cost (see [`super::copy::plan`]):
 //! one plain COPY is a sequential scan through PostgreSQL's small bulk-read ring, while
@@ -15,7 +15,7 @@ use cdc_pgoutput::protocol::BytesView;
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinSet;
 
-use super::copy_binary::CopyBinaryDecoder;
+use super::copy_binary::FieldSpan;
 use super::copy_rows::{CopyMessage, ROWS_PER_MESSAGE, decode_fields_with};
 use crate::catalog::CatalogTable;
 
@@ -23,9 +23,49 @@ use crate::catalog::CatalogTable;
 /// enough that memory stays bounded (a segment is one message's worth of rows).
 const QUEUED_PER_DECODER: usize = 2;
 
+/// Whole rows of one COPY, with where each row and each of its fields lie in them, as the
+/// reader's parse found them: the decoding tasks do not parse the rows again.
+#[derive(Debug, Default)]
+pub(super) struct Segment {
+    bytes: Vec<u8>,
+    /// Where each row starts in `bytes`.
+    rows: Vec<usize>,
+    /// Each row's fields in turn (spans within their row; `None`: NULL).
+    fields: Vec<Option<FieldSpan>>,
+}
+
+impl Segment {
+    /// Empty, with room for about as much as `previous` held.
+    pub(super) fn like(previous: &Segment) -> Self {
+        Segment {
+            // The slack stays allocated while the values live: little of it.
+            bytes: Vec::with_capacity(previous.bytes.len() + previous.bytes.len() / 8),
+            rows: Vec::with_capacity(previous.rows.len()),
+            fields: Vec::with_capacity(previous.fields.len()),
+        }
+    }
+
+    /// Adds a row: its bytes and its fields' spans within them.
+    pub(super) fn push(&mut self, row: &[u8], spans: &[Option<FieldSpan>]) {
+        self.rows.push(self.bytes.len());
+        self.bytes.extend_from_slice(row);
+        self.fields.extend_from_slice(spans);
+    }
+
+    /// Rows held.
+    pub(super) fn rows(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Bytes held, rows and the spans of their fields.
+    pub(super) fn size(&self) -> usize {
+        self.bytes.len() + self.fields.len() * std::mem::size_of::<Option<FieldSpan>>()
+    }
+}
+
 /// Decoder tasks for the rows of one work item.
 pub(super) struct DecoderPool {
-    segments: Option<mpsc::Sender<Vec<u8>>>,
+    segments: Option<mpsc::Sender<Segment>>,
     decoders: JoinSet<Result<u64, Error>>,
 }
 
@@ -40,7 +80,7 @@ impl DecoderPool {
         tx: &mpsc::Sender<CopyMessage>,
     ) -> Self {
         let decoders = decoders.max(1);
-        let (segments, queue) = mpsc::channel::<Vec<u8>>(decoders * QUEUED_PER_DECODER);
+        let (segments, queue) = mpsc::channel::<Segment>(decoders * QUEUED_PER_DECODER);
         let queue = Arc::new(Mutex::new(queue));
         let mut set = JoinSet::new();
         for _ in 0..decoders {
@@ -59,7 +99,7 @@ impl DecoderPool {
     /// Queues a segment of whole rows (waits while the decoders are behind). `false`: the
     /// decoders stopped (an error, or nobody takes their rows any more); [`Self::finish`]
     /// says which.
-    pub(super) async fn send(&mut self, segment: Vec<u8>) -> bool {
+    pub(super) async fn send(&mut self, segment: Segment) -> bool {
         match &self.segments {
             Some(segments) => segments.send(segment).await.is_ok(),
             None => false,
@@ -96,7 +136,7 @@ impl DecoderPool {
 /// Decodes segments from `queue` until it closes; returns the rows decoded (so far, when
 /// the receiver of `tx` is gone).
 async fn decode_segments(
-    queue: &Mutex<mpsc::Receiver<Vec<u8>>>,
+    queue: &Mutex<mpsc::Receiver<Segment>>,
     tables: &[CatalogTable],
     table: usize,
     context: &str,
@@ -130,30 +170,153 @@ async fn decode_segments(
     }
 }
 
-/// The rows of a segment of whole rows (see [`CopyBinaryDecoder::segment_rows`]). Values
-/// that keep bytes share the segment's storage: the segment is one allocation made for
-/// these rows, so no copy is needed, and its reference count is counted up here and
-/// down wherever the rows are dropped — by then this task has moved on to another
-/// segment, so the two do not contend for one count. A value kept after its row is
-/// dropped keeps the whole segment (one message's rows) alive.
+/// The rows of a segment. Values that keep bytes share the segment's storage: the segment
+/// is one allocation made for these rows, so no copy is needed, and its reference count is
+/// counted up here and down wherever the rows are dropped — by then this task has moved on
+/// to another segment, so the two do not contend for one count. A value kept after its
+/// row is dropped keeps the whole segment (one message's rows) alive.
 fn decode_segment(
     table: &CatalogTable,
     context: &str,
-    segment: Vec<u8>,
+    segment: Segment,
 ) -> Result<Vec<Row>, Error> {
-    let segment = Bytes::from(segment);
-    let mut decoder = CopyBinaryDecoder::rows_only(Some(table.column_types.len()));
-    let mut rows = Vec::with_capacity(ROWS_PER_MESSAGE);
-    decoder.segment_rows(
-        &segment,
-        |start, spans| {
-            let row = decode_fields_with(table, &table.column_types, spans, |span| {
-                BytesView::new(&segment, span.at(start))
-            })?;
-            rows.push(row);
-            Ok(())
-        },
-        |e| Error::protocol(format!("{context}: {e}")),
-    )?;
+    let width = table.column_types.len();
+    let Segment {
+        bytes,
+        rows: starts,
+        fields,
+    } = segment;
+    let bytes = Bytes::from(bytes);
+    let mut rows = Vec::with_capacity(starts.len().min(ROWS_PER_MESSAGE));
+    for (index, &start) in starts.iter().enumerate() {
+        let Some(spans) = fields.get(index * width..(index + 1) * width) else {
+            return Err(Error::protocol(format!(
+                "internal: {context}: a segment lacks the fields of its row {index}"
+            )));
+        };
+        rows.push(decode_fields_with(
+            table,
+            &table.column_types,
+            spans,
+            |span| BytesView::new(&bytes, span.at(start)),
+        )?);
+    }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::copy_binary::CopyBinaryDecoder;
+    use cdc_core::{ColumnSchema, ColumnType, ReplicaIdentity, TableName, TableSchema, Value};
+    use cdc_pgoutput::types::TypeInfo;
+    use proptest::prelude::*;
+
+    /// `public.t (a bytea, b bytea, c bytea)`.
+    fn table() -> CatalogTable {
+        let column = |name: &str| ColumnSchema {
+            name: name.into(),
+            column_type: ColumnType {
+                oid: 17,
+                modifier: -1,
+                name: Some("pg_catalog.bytea".into()),
+            },
+            nullable: true,
+            part_of_key: false,
+            generated: false,
+        };
+        CatalogTable {
+            schema: Arc::new(TableSchema {
+                name: TableName::new("public", "t"),
+                relation_id: 1,
+                columns: vec![column("a"), column("b"), column("c")],
+                replica_identity: ReplicaIdentity::Default,
+                primary_key: Vec::new(),
+            }),
+            column_types: vec![TypeInfo::builtin(17); 3],
+            estimated_rows: 0,
+            pages: 0,
+            partitions: Vec::new(),
+            key_collations: Vec::new(),
+        }
+    }
+
+    type Fields = Vec<Option<Vec<u8>>>;
+
+    /// Binary COPY data of `rows`, header and trailer included.
+    fn copy_data(rows: &[Fields]) -> Vec<u8> {
+        let mut out = b"PGCOPY\n\xff\r\n\0".to_vec();
+        out.extend_from_slice(&[0; 8]);
+        for row in rows {
+            out.extend_from_slice(&(row.len() as i16).to_be_bytes());
+            for field in row {
+                match field {
+                    None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+                    Some(f) => {
+                        out.extend_from_slice(&(f.len() as i32).to_be_bytes());
+                        out.extend_from_slice(f);
+                    }
+                }
+            }
+        }
+        out.extend_from_slice(&(-1i16).to_be_bytes());
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn segments_cut_by_the_reader_decode_to_the_rows(
+            rows in prop::collection::vec(prop::collection::vec(prop::option::of(prop::collection::vec(any::<u8>(), 0..20)), 3), 0..30),
+            rows_per_segment in 1usize..6,
+            chunk in 1usize..40,
+        ) {
+            // The reader's parse, fed in arbitrary chunks (rows split across them go
+            // through its buffer), cuts the segments.
+            let data = copy_data(&rows);
+            let mut framer = CopyBinaryDecoder::new(Some(3));
+            let mut segments = vec![Segment::default()];
+            for piece in data.chunks(chunk) {
+                framer
+                    .decode(
+                        piece,
+                        |row, spans| {
+                            if segments.last().is_some_and(|s| s.rows() == rows_per_segment) {
+                                segments.push(Segment::default());
+                            }
+                            if let Some(last) = segments.last_mut() {
+                                last.push(row, spans);
+                            }
+                            Ok::<(), Error>(())
+                        },
+                        |e| Error::protocol(e.to_string()),
+                    )
+                    .unwrap();
+            }
+            prop_assert!(framer.is_done());
+            let table = table();
+            let mut got: Vec<Fields> = Vec::new();
+            for segment in segments {
+                for row in decode_segment(&table, "test", segment).unwrap() {
+                    got.push(
+                        row.into_iter()
+                            .map(|v| match v {
+                                Value::Null => None,
+                                Value::Bytea(b) => Some(b.to_vec()),
+                                other => panic!("not bytea: {other:?}"),
+                            })
+                            .collect(),
+                    );
+                }
+            }
+            prop_assert_eq!(got, rows);
+        }
+    }
+
+    #[test]
+    fn a_segment_without_the_fields_of_a_row_is_an_error_not_a_short_row() {
+        let mut segment = Segment::default();
+        segment.push(b"\0\0", &[]);
+        let error = decode_segment(&table(), "COPY of public.t failed", segment).unwrap_err();
+        assert!(error.to_string().contains("lacks the fields"), "{error}");
+    }
 }
