@@ -70,8 +70,9 @@ pub(super) struct DecoderPool {
 }
 
 impl DecoderPool {
-    /// Starts `decoders` tasks decoding segments of rows of `tables[table]`, sending them
-    /// on `tx` as rows of configured table `table`; errors name `context`.
+    /// Starts `decoders` tasks (at most one per core: more would only take turns)
+    /// decoding segments of rows of `tables[table]`, sending them on `tx` as rows of
+    /// configured table `table`; errors name `context`.
     pub(super) fn start(
         decoders: usize,
         tables: &Arc<Vec<CatalogTable>>,
@@ -79,7 +80,8 @@ impl DecoderPool {
         context: &str,
         tx: &mpsc::Sender<CopyMessage>,
     ) -> Self {
-        let decoders = decoders.max(1);
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let decoders = decoders.min(cores).max(1);
         let (segments, queue) = mpsc::channel::<Segment>(decoders * QUEUED_PER_DECODER);
         let queue = Arc::new(Mutex::new(queue));
         let mut set = JoinSet::new();
