@@ -40,8 +40,8 @@ pub struct PgSourceOptions {
     /// workers when the table is at most a quarter of the server's `shared_buffers` and
     /// the server is PostgreSQL 14 or later, otherwise in one COPY whose rows several
     /// tasks decode (`snapshot_workers` of them shared among such tables, at most one per
-    /// core; a range scan
-    /// of a larger table would cycle it through the server's buffer pool).
+    /// core; a range scan of a larger table would cycle it through the server's buffer
+    /// pool).
     pub snapshot_chunk_pages: i64,
     /// Online snapshot: rows per chunk (default 10,000). Each chunk is one short
     /// transaction; the stream waits while a chunk is read and placed, so this bounds
