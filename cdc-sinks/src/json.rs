@@ -47,15 +47,14 @@ fn write_str_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     while i < bytes.len() {
         // Sixteen, then eight bytes at a time while none needs escaping (most text has
         // none): a row's short values are mostly scanned here.
-        if let Some(block) = bytes.get(i..i + 16)
-            && let Ok(block) = <&[u8; 16]>::try_from(block)
+        if let Some(block) = block_at::<16>(bytes, i)
             && is_clean(block)
         {
             i += 16;
             continue;
         }
-        if let Some(word) = bytes.get(i..).and_then(|rest| word_at(rest, 0))
-            && !needs_escape(word)
+        if let Some(word) = block_at::<8>(bytes, i)
+            && is_clean(word)
         {
             i += 8;
             continue;
@@ -67,10 +66,10 @@ fn write_str_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
             && bytes.len() - i < 8
             && let Some(tail) = bytes.len().checked_sub(8)
             && tail >= start
-            && let Some(word) = word_at(bytes, tail)
+            && let Some(word) = block_at::<8>(bytes, tail)
             && {
                 tail_tried = true;
-                !needs_escape(word)
+                is_clean(word)
             }
         {
             break;
@@ -97,9 +96,10 @@ fn write_str_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.push(b'"');
 }
 
-/// Whether none of the sixteen bytes needs escaping. Written byte by byte without early
-/// exit so that the compiler turns it into a few vector compares (SSE2 on x86-64).
-fn is_clean(block: &[u8; 16]) -> bool {
+/// Whether none of the `N` bytes needs escaping (a control character, a quote or a
+/// backslash). Written byte by byte without early exit so that the compiler turns it into
+/// a few vector compares (SSE2 on x86-64).
+fn is_clean<const N: usize>(block: &[u8; N]) -> bool {
     let mut escape = false;
     for &b in block {
         escape |= (b < 0x20) | (b == b'"') | (b == b'\\');
@@ -107,27 +107,9 @@ fn is_clean(block: &[u8; 16]) -> bool {
     !escape
 }
 
-/// The eight bytes of `bytes` from `at` as a little-endian word, if there are eight.
-fn word_at(bytes: &[u8], at: usize) -> Option<u64> {
-    let word: [u8; 8] = bytes.get(at..at + 8)?.try_into().ok()?;
-    Some(u64::from_le_bytes(word))
-}
-
-/// Whether any of the eight bytes of `word` is a control character, a quote or a backslash.
-/// Exact when none is: the usual "has a zero byte" tests only err (by borrowing into
-/// higher bytes) after a byte that really matches, and a match sends the caller to the
-/// byte-by-byte path anyway.
-fn needs_escape(word: u64) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    // A byte below 0x20: subtracting 0x20 borrows into its high bit while the byte's own
-    // high bit was clear. A quote or backslash: that byte of `word ^ its pattern` is zero,
-    // and subtracting one borrows likewise. The three tests share `!word & HIGH`: the
-    // patterns are ASCII, so the high bit of `word ^ pattern` is the high bit of `word`.
-    let control = word.wrapping_sub(ONES * 0x20);
-    let quote = (word ^ (ONES * u64::from(b'"'))).wrapping_sub(ONES);
-    let backslash = (word ^ (ONES * u64::from(b'\\'))).wrapping_sub(ONES);
-    (control | quote | backslash) & !word & HIGH != 0
+/// The `N` bytes of `bytes` from `at`, if there are `N`.
+fn block_at<const N: usize>(bytes: &[u8], at: usize) -> Option<&[u8; N]> {
+    bytes.get(at..at.checked_add(N)?)?.try_into().ok()
 }
 
 /// Appends an integer.
@@ -347,11 +329,11 @@ mod tests {
         }
 
         #[test]
-        fn the_eight_byte_test_agrees_with_the_table(
+        fn the_block_test_agrees_with_the_table(
             bytes in proptest::array::uniform8(prop_oneof![any::<u8>(), Just(b'"'), Just(b'\\'), 0u8..0x21, 0x7fu8..0x82])
         ) {
             let table = bytes.iter().any(|&b| ESCAPE[b as usize] != 0);
-            prop_assert_eq!(needs_escape(u64::from_le_bytes(bytes)), table);
+            prop_assert_eq!(!is_clean(&bytes), table);
         }
 
         #[test]
