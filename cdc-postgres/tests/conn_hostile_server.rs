@@ -498,6 +498,23 @@ mod copy {
         message(b'H', &[1, 0, 1, 0, 1])
     }
 
+    /// A whole COPY response: CopyOutResponse, `data` in one CopyData message, CopyDone,
+    /// `COPY rows` and ReadyForQuery.
+    fn whole_copy(data: &[u8], rows: usize) -> Vec<u8> {
+        let mut out = copy_out_response();
+        out.extend(message(b'd', data));
+        out.extend(copy_end(rows));
+        out
+    }
+
+    /// CopyDone, `COPY rows` and ReadyForQuery.
+    fn copy_end(rows: usize) -> Vec<u8> {
+        let mut out = message(b'c', &[]);
+        out.extend(command_complete(&format!("COPY {rows}")));
+        out.extend(ready());
+        out
+    }
+
     /// Copies `public.t` with one worker from a server running `script` once the COPY
     /// was asked for, its rows decoded by `decoders` tasks; the rows, or the error the
     /// worker reported. Bounded by [`BOUND`].
@@ -562,9 +579,7 @@ mod copy {
                 out.extend(message(b'd', &data[at..end]));
                 at = end;
             }
-            out.extend(message(b'c', &[]));
-            out.extend(command_complete(&format!("COPY {count}")));
-            out.extend(ready());
+            out.extend(copy_end(count as usize));
             // Every byte in a write of its own, a moment apart: the client's reads end
             // inside messages, at every offset (for the first few thousand bytes).
             for (at, byte) in out.iter().enumerate() {
@@ -598,12 +613,7 @@ mod copy {
                 // well framed, but not an int4.
                 let row = 19 + 699 * 10;
                 data.splice(row + 2..row + 10, [0, 0, 0, 2, 0, 7]);
-                let mut out = copy_out_response();
-                out.extend(message(b'd', &data));
-                out.extend(message(b'c', &[]));
-                out.extend(command_complete("COPY 1000"));
-                out.extend(ready());
-                peer.send(&out).await;
+                peer.send(&whole_copy(&data, 1000)).await;
                 peer.serve_queries(|_| false).await;
             })
             .await
@@ -661,14 +671,9 @@ mod copy {
     async fn copy_data_that_ends_without_its_trailer_is_an_error() {
         for decoders in [1, 2] {
             let error = copy_from(decoders, |mut peer| async move {
-                let mut out = copy_out_response();
                 let data = copy_data(&[1, 2, 3]);
                 // The rows, but not the trailer, then a clean end of the COPY.
-                out.extend(message(b'd', &data[..data.len() - 2]));
-                out.extend(message(b'c', &[]));
-                out.extend(command_complete("COPY 3"));
-                out.extend(ready());
-                peer.send(&out).await;
+                peer.send(&whole_copy(&data[..data.len() - 2], 3)).await;
                 peer.serve_queries(|_| false).await;
             })
             .await
@@ -677,6 +682,7 @@ mod copy {
             assert!(error.to_string().contains("trailer"), "{error}");
         }
     }
+
     #[tokio::test]
     async fn a_consumer_that_stops_taking_rows_ends_the_copy_worker() {
         for decoders in [1, 2] {
@@ -684,12 +690,8 @@ mod copy {
                 peer.startup().await;
                 peer.accept_login().await;
                 peer.serve_queries(|sql| sql.starts_with("COPY")).await;
-                let mut out = copy_out_response();
-                out.extend(message(b'd', &copy_data(&(1..=20_000).collect::<Vec<_>>())));
-                out.extend(message(b'c', &[]));
-                out.extend(command_complete("COPY 20000"));
-                out.extend(ready());
-                peer.send(&out).await;
+                let data = copy_data(&(1..=20_000).collect::<Vec<_>>());
+                peer.send(&whole_copy(&data, 20_000)).await;
                 peer.linger().await;
             })
             .await;

@@ -20,7 +20,7 @@ use super::copy_rows::{ROWS_PER_MESSAGE, check_ended, decode_rows};
 use super::parallel_decode::{DecoderPool, Segment};
 use crate::catalog::{CatalogTable, decodes_from_binary};
 use crate::conn::ConnectionConfig;
-use crate::conn::sql_session::SqlSession;
+use crate::conn::sql_session::{CopyOut, SqlSession};
 use cdc_pgoutput::protocol::ByteBlocks;
 
 /// A segment of rows for the decoding tasks ends at this many bytes (its rows' and their
@@ -276,6 +276,20 @@ async fn worker(
     Ok(())
 }
 
+/// Starts the COPY of one work item on `session`; returns it and the context its errors
+/// name.
+async fn begin_item_copy(
+    session: &mut SqlSession,
+    table: &CatalogTable,
+    item: &WorkItem,
+) -> Result<(CopyOut, String), Error> {
+    let context = format!("COPY of {} failed", item.relation);
+    let copy = session
+        .begin_copy_out(None, &copy_statement(table, item), None, &context)
+        .await?;
+    Ok((copy, context))
+}
+
 /// Copies one work item on `session`, sending its rows on `tx` in messages of
 /// [`ROWS_PER_MESSAGE`] (a full channel holds the read back). Returns the rows copied
 /// (fewer when the receiver is gone).
@@ -285,11 +299,7 @@ async fn copy_item(
     item: &WorkItem,
     tx: &mpsc::Sender<CopyMessage>,
 ) -> Result<u64, Error> {
-    let statement = copy_statement(table, item);
-    let context = format!("COPY of {} failed", item.relation);
-    let mut copy = session
-        .begin_copy_out(None, &statement, None, &context)
-        .await?;
+    let (mut copy, context) = begin_item_copy(session, table, item).await?;
     let mut decoder = CopyBinaryDecoder::new(Some(table.column_types.len()));
     let mut blocks = ByteBlocks::new();
     let mut rows = Vec::with_capacity(ROWS_PER_MESSAGE);
@@ -351,11 +361,7 @@ async fn copy_item_in_segments(
     item: &WorkItem,
     tx: &mpsc::Sender<CopyMessage>,
 ) -> Result<u64, Error> {
-    let statement = copy_statement(table, item);
-    let context = format!("COPY of {} failed", item.relation);
-    let mut copy = session
-        .begin_copy_out(None, &statement, None, &context)
-        .await?;
+    let (mut copy, context) = begin_item_copy(session, table, item).await?;
     let mut pool = DecoderPool::start(item.decoders, tables, item.table, &context, tx);
     let mut framer = CopyBinaryDecoder::new(Some(table.column_types.len()));
     let mut segment = Segment::default();

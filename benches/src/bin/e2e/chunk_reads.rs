@@ -37,23 +37,9 @@ pub async fn run(args: &Args) -> Result<(), String> {
         .iter()
         .map(|s| s.parse().map_err(|_| format!("--chunk-rows {s:?}")))
         .collect::<Result<_, _>>()?;
-    let cluster = pgbench_cluster(args, scale).await?;
-    runner::timed_sql(&cluster, "vacuum", &format!("VACUUM ANALYZE {TABLE}")).await?;
-    let admin = cluster
-        .connect("postgres")
-        .await
-        .map_err(|e| e.to_string())?;
-    let row = admin
-        .query_one(
-            &format!(
-                "SELECT max(aid)::int8, (pg_relation_size('{TABLE}') / 8192)::int8 FROM {TABLE}"
-            ),
-            &[],
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    let (rows, pages): (i64, i64) = (row.get(0), row.get(1));
-    let (rows, pages) = (rows.max(1) as u64, pages.max(1) as u64);
+    let (cluster, rows, bytes) = pgbench_cluster(args, scale).await?;
+    // pgbench's keys are 1 to the row count.
+    let (rows, pages) = (rows.max(1), (bytes / 8192).max(1) as u64);
 
     let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut variants: Vec<(String, std::path::PathBuf)> = Vec::new();

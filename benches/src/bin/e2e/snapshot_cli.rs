@@ -65,27 +65,17 @@ pub async fn run(args: &Args) -> Result<(), String> {
     let outputs = args.list("outputs", &["stdout", "out-dir"]);
     let binary = runner::pgcdc_binary()?;
 
-    let cluster = pgbench_cluster(args, scale).await?;
+    let (cluster, rows, bytes) = pgbench_cluster(args, scale).await?;
     runner::timed_sql(
         &cluster,
         "publication",
         &format!("CREATE PUBLICATION pub FOR TABLE {TABLE}"),
     )
     .await?;
-    runner::timed_sql(&cluster, "vacuum", &format!("VACUUM ANALYZE {TABLE}")).await?;
     let admin = cluster
         .connect("postgres")
         .await
         .map_err(|e| e.to_string())?;
-    let row = admin
-        .query_one(
-            &format!("SELECT count(*), pg_relation_size('{TABLE}') FROM {TABLE}"),
-            &[],
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-    let (rows, bytes): (i64, i64) = (row.get(0), row.get(1));
-    let rows = rows as u64;
 
     let mut consumers = vec![Consumer {
         mode: "psql",
@@ -220,7 +210,10 @@ pub async fn run(args: &Args) -> Result<(), String> {
 /// 256MB: chunked reads then go through the buffer pool and evict one another, while one
 /// large sequential scan reads through a small ring of buffers of its own (see
 /// `chunk_reads`).
-pub async fn pgbench_cluster(args: &Args, scale: u32) -> Result<Cluster, String> {
+///
+/// `pgbench_accounts` is vacuumed and analyzed; returns the cluster, its row count and its
+/// size in bytes.
+pub async fn pgbench_cluster(args: &Args, scale: u32) -> Result<(Cluster, u64, i64), String> {
     let shared_buffers: String = args.value("shared-buffers", "256MB".to_owned())?;
     let cluster = bench_cluster(&[("shared_buffers", shared_buffers.as_str())]).await?;
     let started = std::time::Instant::now();
@@ -244,7 +237,20 @@ pub async fn pgbench_cluster(args: &Args, scale: u32) -> Result<Cluster, String>
         "  pgbench -i -s {scale}: {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    Ok(cluster)
+    runner::timed_sql(&cluster, "vacuum", &format!("VACUUM ANALYZE {TABLE}")).await?;
+    let admin = cluster
+        .connect("postgres")
+        .await
+        .map_err(|e| e.to_string())?;
+    let row = admin
+        .query_one(
+            &format!("SELECT count(*), pg_relation_size('{TABLE}') FROM {TABLE}"),
+            &[],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let (rows, bytes): (i64, i64) = (row.get(0), row.get(1));
+    Ok((cluster, rows.max(0) as u64, bytes))
 }
 
 /// Each run of `consumer` (not the anchor) over the mean wall time of the anchor runs right
