@@ -93,12 +93,13 @@ impl PgSource {
         self.took_ready = false;
         // The next batch gets room for as many events as this one had: under load the
         // batches are full, and a vector of 10,000 events grown by doubling copies them
-        // about twice over. After a large batch the next may hold more room than it
-        // uses, for as long as that one batch lives.
-        let room = self
-            .building
-            .len()
-            .min(self.options.config.batch.max_events);
+        // about twice over. Not capped at `max_events`: a batch holding an online
+        // snapshot's chunk is larger (the chunk's rows and its two markers, at most the
+        // chunk's cap), and so is the next chunk's; capped, every chunk's batch grew once
+        // (1.3% of the client's instructions). Every batch is bounded by the batch limits
+        // or by one chunk, so this room is too; after a large batch the next may hold
+        // more room than it uses, for as long as that one batch lives.
+        let room = self.building.len();
         let batch = std::mem::replace(&mut self.building, ChangeBatch::with_capacity(room));
         self.building_since = None;
         self.covered_position = self.covered_position.max(batch.last_position());
