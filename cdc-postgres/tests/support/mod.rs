@@ -11,6 +11,8 @@ use cdc_postgres::source::{PgSource, PgSourceOptions};
 use cdc_sinks::memory::MemoryHandle;
 use cdc_testkit::Cluster;
 
+pub mod online;
+
 /// Source options for `tables` of publication `pub` on `cluster`'s `postgres` database.
 pub fn options(cluster: &Cluster, tables: &[&str]) -> PgSourceOptions {
     let uri = cluster.uri("postgres", "postgres", None);
