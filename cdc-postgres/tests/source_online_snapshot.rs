@@ -442,8 +442,7 @@ async fn a_table_added_on_a_rerun_is_backfilled_alone() {
     running.stop().await;
     assert_eq!(chunks_of("public.a"), a_chunks, "a was copied again");
     assert!(chunks_of("public.b") >= 5);
-    assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
-    assert!(handle.duplicate_positions().is_empty());
+    assert_no_position_twice_and_no_anomaly(&handle);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -503,8 +502,7 @@ async fn resnapshot_of_one_table_converges_while_writes_continue() {
         .await;
     wait_for_snapshot_completed(&handle, events_before).await;
     running.stop().await;
-    assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
-    assert!(handle.duplicate_positions().is_empty());
+    assert_no_position_twice_and_no_anomaly(&handle);
     let later = &handle.changes()[events_before..];
     assert_backfill_announced_once(later);
     let name_b = cdc_core::TableName::new("public", "b");
@@ -612,8 +610,7 @@ async fn walsender_terminated_during_the_snapshot_the_same_run_continues() {
         .await;
     wait_for_snapshot_completed(&handle, 0).await;
     running.stop().await;
-    assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
-    assert!(handle.duplicate_positions().is_empty());
+    assert_no_position_twice_and_no_anomaly(&handle);
     // Reconnects within the run continue the backfill: it is announced once.
     assert_backfill_announced_once(&handle.changes());
 }

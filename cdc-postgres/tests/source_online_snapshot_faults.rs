@@ -79,12 +79,7 @@ async fn online_snapshot_with_faults(faults: &[(Fault, u64)]) {
         .wait_for_equal(&cluster, &handle, &TABLES, Duration::from_secs(120))
         .await;
     running.stop().await;
-    assert!(handle.anomalies().is_empty(), "{:?}", handle.anomalies());
-    assert!(
-        handle.duplicate_positions().is_empty(),
-        "{:?}",
-        handle.duplicate_positions()
-    );
+    assert_no_position_twice_and_no_anomaly(&handle);
     // The sink's durable log holds every snapshot row it kept across the runs.
     let (rows, _) = chunk_rows(&handle);
     let client = cluster.connect("postgres").await.unwrap();
