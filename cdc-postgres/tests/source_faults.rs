@@ -270,30 +270,38 @@ async fn idle_source_with_traffic_elsewhere_keeps_the_slot_moving() {
 async fn snapshot_connection_lost_midway_is_taken_again() {
     let cluster = setup(150_000).await;
     let handle = MemoryHandle::default();
+    // Held writes hold the pipeline, and through its bounded channels the copy: the server
+    // stays in the middle of its COPY until released, however fast the machine.
+    handle.hold_writes(true);
     let mut running = spawn(options(&cluster, &TABLES), &handle);
     let copying = handle
-        .wait_until(Duration::from_secs(60), |h| {
-            h.row_count(&cdc_core::TableName::new("public", "t1")) > 0
-                || h.row_count(&cdc_core::TableName::new("public", "t2")) > 0
-        })
+        .wait_until(Duration::from_secs(60), |h| h.writes_waiting() > 0)
         .await;
     assert!(copying, "the snapshot never started delivering rows");
     let client = cluster.connect("postgres").await.unwrap();
-    let killed: i64 = client
-        .query_one(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-             WHERE query LIKE 'COPY (SELECT%' AND state = 'active' AND pid <> pg_backend_pid()",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let killed = loop {
+        let killed: i64 = client
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE query LIKE 'COPY (SELECT%' AND state = 'active' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if killed > 0 || std::time::Instant::now() > deadline {
+            break killed;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(killed > 0, "no COPY was running to interrupt");
+    handle.hold_writes(false);
     workload(&cluster, 3).await;
     running
         .wait_for_equal(&cluster, &handle, &TABLES, Duration::from_secs(120))
         .await;
     running.stop().await;
-    assert!(killed > 0, "no COPY was running to interrupt");
     {
         assert!(handle.changes().iter().any(|e| matches!(
             e.kind,

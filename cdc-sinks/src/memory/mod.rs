@@ -83,6 +83,8 @@ struct Shared {
     stats: MemoryStats,
     fail_next_write: Option<String>,
     fail_next_checkpoint: Option<String>,
+    hold_writes: bool,
+    writes_waiting: usize,
 }
 
 /// A shared handle on the in-memory sink's state: clone it freely, keep it in the test
@@ -125,6 +127,8 @@ impl MemoryHandle {
                 stats: MemoryStats::default(),
                 fail_next_write: None,
                 fail_next_checkpoint: None,
+                hold_writes: false,
+                writes_waiting: 0,
             })),
         }
     }
@@ -291,6 +295,18 @@ impl MemoryHandle {
         self.lock().fail_next_checkpoint = Some(message.into());
     }
 
+    /// While `hold` is true, `write` waits (checking every 5 ms) before it looks at its
+    /// batch. A test holds the pipeline this way, and through its bounded channels the
+    /// source, at a point it chooses: a server-side read stays in progress until released.
+    pub fn hold_writes(&self, hold: bool) {
+        self.lock().hold_writes = hold;
+    }
+
+    /// Number of `write` calls waiting because writes are held ([`MemoryHandle::hold_writes`]).
+    pub fn writes_waiting(&self) -> usize {
+        self.lock().writes_waiting
+    }
+
     /// Waits until `condition` holds (checked every 10 ms) or `timeout` passes; returns
     /// whether it held. For tests that wait for the pipeline to catch up.
     pub async fn wait_until(
@@ -376,6 +392,30 @@ impl Shared {
     }
 }
 
+impl MemorySink {
+    /// Returns once writes are not held ([`MemoryHandle::hold_writes`]), counted as waiting
+    /// meanwhile (also when the write is dropped while it waits).
+    async fn wait_while_held(&self) {
+        struct Waiting<'a>(&'a MemoryHandle);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.lock().writes_waiting -= 1;
+            }
+        }
+        {
+            let mut shared = self.handle.lock();
+            if !shared.hold_writes {
+                return;
+            }
+            shared.writes_waiting += 1;
+        }
+        let _waiting = Waiting(&self.handle);
+        while self.handle.lock().hold_writes {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
 #[async_trait]
 impl Sink for MemorySink {
     /// Drops volatile state (as after a crash), makes this sink the live one, and returns
@@ -397,6 +437,7 @@ impl Sink for MemorySink {
     /// Applies the batch to the current (volatile) state. Events at or before the last
     /// applied position are recorded as duplicates and not applied.
     async fn write(&mut self, batch: SinkBatch) -> Result<Ack> {
+        self.wait_while_held().await;
         let mut shared = self.handle.lock();
         shared.check_epoch(self.epoch)?;
         if let Some(message) = shared.fail_next_write.take() {

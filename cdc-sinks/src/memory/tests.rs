@@ -314,6 +314,36 @@ async fn replayed_events_are_recorded_as_duplicates_and_not_applied() {
 }
 
 #[tokio::test]
+async fn held_writes_wait_until_released_and_a_dropped_wait_is_uncounted() {
+    let handle = MemoryHandle::default();
+    let k = keyed();
+    let b = batch(
+        0,
+        vec![insert(
+            pos(10, 1),
+            &k,
+            vec![Value::Int4(1), text("a"), Value::Int4(0)],
+        )],
+    );
+    let mut sink = handle.sink();
+    sink.open(Acknowledger::channel().0).await.unwrap();
+    handle.hold_writes(true);
+    // A write dropped while it waits is no longer counted.
+    let dropped = tokio::time::timeout(Duration::from_millis(50), sink.write(b.clone())).await;
+    assert!(dropped.is_err(), "a held write returned");
+    assert_eq!(handle.writes_waiting(), 0);
+    assert_eq!(handle.row_count(&k.name), 0);
+    let mut write = Box::pin(sink.write(b));
+    let waiting = tokio::time::timeout(Duration::from_millis(50), &mut write).await;
+    assert!(waiting.is_err(), "a held write returned");
+    assert_eq!(handle.writes_waiting(), 1);
+    handle.hold_writes(false);
+    write.await.unwrap();
+    assert_eq!(handle.writes_waiting(), 0);
+    assert_eq!(handle.row_count(&k.name), 1);
+}
+
+#[tokio::test]
 async fn unchanged_toast_values_are_merged_from_the_stored_row() {
     let handle = MemoryHandle::default();
     let k = keyed();
