@@ -83,7 +83,9 @@ fn demo_streams_feldera_json_and_exits_cleanly_on_sigint() {
 #[test]
 fn demo_stops_by_itself_after_its_duration() {
     let output = run(
-        pgcdc(["demo", "--duration", "3s", "--seed-rows", "20", "--quiet"]),
+        // Long enough for the slot and the snapshot on a loaded machine (the duration
+        // counts from the stream's start).
+        pgcdc(["demo", "--duration", "8s", "--seed-rows", "20", "--quiet"]),
         Duration::from_secs(120),
     );
     let err = String::from_utf8_lossy(&output.stderr);

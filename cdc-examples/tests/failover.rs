@@ -319,7 +319,11 @@ async fn an_ordinary_slot_is_missing_after_promotion_with_the_reason() {
         .spawn()
         .unwrap();
     let stderr = Lines::collect(child.stderr.take().unwrap());
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Killed once streaming with a checkpoint on disk (which the refusal must leave as is).
+    let streaming = stderr.wait_for(Duration::from_secs(90), |lines| {
+        acknowledged(lines).is_some_and(|lsn| lsn > Lsn::ZERO)
+    });
+    assert!(streaming, "{}", stderr.snapshot().join("\n"));
     kill_and_report(child, stderr, "ordinary slot: killed");
     load.stop().await;
     standby.wait_for_replay(&primary).await.unwrap();
@@ -352,7 +356,11 @@ async fn a_position_beyond_the_new_primarys_history_is_refused() {
     wait_for_synced_slot(&standby).await;
     standby.stop().await.unwrap();
     // pgcdc streams on; its files now hold changes the stopped standby does not have.
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let standby_end: Lsn = primary.current_wal_lsn().await.unwrap().parse().unwrap();
+    let beyond = stderr.wait_for(Duration::from_secs(90), |lines| {
+        acknowledged(lines).is_some_and(|lsn| lsn > standby_end)
+    });
+    assert!(beyond, "{}", stderr.snapshot().join("\n"));
     kill_and_report(child, stderr, "lagging standby: killed");
     load.stop().await;
     primary.kill9().await.unwrap();

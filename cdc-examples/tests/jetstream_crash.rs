@@ -204,21 +204,28 @@ async fn the_streams_leader_killed_mid_stream_in_a_three_node_cluster() {
         .spawn()
         .unwrap();
     let stderr = Lines::collect(child.stderr.take().unwrap());
-    tokio::time::sleep(Duration::from_secs(3)).await;
 
     let client = async_nats::connect(nats.url().split(',').collect::<Vec<_>>())
         .await
         .unwrap();
     let context = async_nats::jetstream::new(client);
-    let mut stream = context.get_stream("R3").await.unwrap();
-    let leader = stream
-        .info()
-        .await
-        .unwrap()
-        .cluster
-        .clone()
-        .and_then(|c| c.leader)
-        .unwrap();
+    // Mid-stream: pgcdc has made the replicated stream, it has a leader, and changes arrive.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let leader = loop {
+        if let Ok(mut stream) = context.get_stream("R3").await
+            && let Ok(info) = stream.info().await
+            && info.state.messages > 0
+            && let Some(leader) = info.cluster.clone().and_then(|c| c.leader)
+        {
+            break leader;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no change reached a replicated stream with a leader within 60 s:\n{}",
+            stderr.snapshot().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     let index = leader.trim_start_matches('n').parse::<usize>().unwrap() - 1;
     nats.kill9(index).unwrap();
     eprintln!("killed the stream's leader {leader}");

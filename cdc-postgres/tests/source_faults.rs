@@ -209,12 +209,17 @@ async fn completion_mode_window_lost_by_a_stateful_sink_is_reported_as_a_gap() {
         },
     );
     let task = tokio::spawn(pipeline.run());
-    // Make the snapshot durable so the sink has a token, then stream more.
-    let snapshot_done = handle
-        .wait_until(Duration::from_secs(30), |h| h.pending_checkpoints() > 0)
+    // Make the whole snapshot durable so the sink has a token past it, then stream more.
+    // (An earlier checkpoint may fall between the two tables' rows: its token would make
+    // the restart redo the snapshot, not report the gap.)
+    wait_snapshot_completed(&handle).await;
+    let snapshot_durable = handle
+        .wait_until(Duration::from_secs(30), |h| {
+            h.complete_pending_checkpoints();
+            h.durable_token().is_some_and(|t| t.snapshot.is_none())
+        })
         .await;
-    assert!(snapshot_done);
-    handle.complete_pending_checkpoints();
+    assert!(snapshot_durable, "no checkpoint after the snapshot");
     let durable = handle.durable_token().unwrap();
     workload(&cluster, 0).await;
     // Wait until the slot moved past what the sink has made durable.
@@ -231,14 +236,16 @@ async fn completion_mode_window_lost_by_a_stateful_sink_is_reported_as_a_gap() {
     let _ = task.await;
     handle.simulate_crash();
     // Restart: the token is older than the slot — a reported gap, not a silent skip.
-    let err = Pipeline::new(
+    let restart = Pipeline::new(
         PgSource::new(support::options(&cluster, &TABLES)),
         handle.sink(),
         pipeline_config(),
     )
-    .run()
-    .await
-    .unwrap_err();
+    .run();
+    let err = tokio::time::timeout(Duration::from_secs(60), restart)
+        .await
+        .expect("the restart ran on instead of reporting the gap")
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ResyncRequired, "{err}");
     assert!(
         err.to_string().contains("only covers changes up to"),
@@ -271,9 +278,16 @@ async fn snapshot_connection_lost_midway_is_taken_again() {
     let cluster = setup(150_000).await;
     let handle = MemoryHandle::default();
     // Held writes hold the pipeline, and through its bounded channels the copy: the server
-    // stays in the middle of its COPY until released, however fast the machine.
+    // stays in the middle of its COPY until released, however fast the machine. Over the
+    // Unix socket, whose buffers hold a small part of a table's COPY (a loopback TCP
+    // receive buffer may grow to tens of MB and take all of it in).
     handle.hold_writes(true);
-    let mut running = spawn(options(&cluster, &TABLES), &handle);
+    let mut options = options(&cluster, &TABLES);
+    let over_socket = cluster.socket_connection_string("postgres", "postgres", None);
+    options.config.connection = cdc_postgres::conn::SourceConfig::new(&over_socket, "pub")
+        .unwrap()
+        .connection;
+    let mut running = spawn(options, &handle);
     let copying = handle
         .wait_until(Duration::from_secs(60), |h| h.writes_waiting() > 0)
         .await;

@@ -286,10 +286,17 @@ async fn prepared_transactions_are_delivered_once_at_commit_prepared_in_commit_o
             "PostgreSQL {version}: the transaction after the PREPARE never became durable"
         );
         assert!(commit_lsn_of(&handle, 1).is_none(), "delivered at PREPARE");
+        // The slot reaches the transaction before the PREPARE, then has time to (wrongly)
+        // move past it.
+        let slot = running_slot(&cluster).await;
+        let deadline = std::time::Instant::now() + WAIT;
+        while confirmed_flush(&cluster, &slot).await.unwrap() < before_prepare
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let confirmed = confirmed_flush(&cluster, &running_slot(&cluster).await)
-            .await
-            .unwrap();
+        let confirmed = confirmed_flush(&cluster, &slot).await.unwrap();
         assert!(
             confirmed >= before_prepare && confirmed < after_prepare,
             "PostgreSQL {version}: slot confirmed at {confirmed}, outside the PREPARE ({before_prepare}..{after_prepare})"

@@ -99,7 +99,14 @@ async fn a_crash_before_the_checkpoint_resumes_where_the_stream_ends() {
     // Written, not checkpointed: the messages land (the server acknowledges them on its
     // own), then the process dies.
     let t2 = write(&mut sink, batch(2, tx(0x200, 3..5))).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while inserted_ids(&read_stream(&nats.url(), "CDC").await).len() < 5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the written messages never landed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     drop(sink);
 
     let (mut sink, token) = open(options(&nats, "CDC", 1)).await;

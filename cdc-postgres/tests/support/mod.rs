@@ -51,6 +51,31 @@ pub fn spawn(options: PgSourceOptions, handle: &MemoryHandle) -> Running {
 }
 
 impl Running {
+    /// Stops the run as soon as `condition` holds (checked every 10 ms, for up to 60 s;
+    /// panics naming `awaited` if it never does). The sink's writes are held from the
+    /// moment it is seen while the shutdown is requested, so the pipeline writes at most
+    /// the batch in hand after it, however slow the machine.
+    pub async fn stop_once(
+        self,
+        handle: &MemoryHandle,
+        awaited: &str,
+        mut condition: impl FnMut(&MemoryHandle) -> bool,
+    ) -> RunSummary {
+        let seen = handle
+            .wait_until(Duration::from_secs(60), |h| {
+                let seen = condition(h);
+                if seen {
+                    h.hold_writes(true);
+                }
+                seen
+            })
+            .await;
+        assert!(seen, "{awaited} never happened");
+        self.shutdown.shutdown();
+        handle.hold_writes(false);
+        self.stop().await
+    }
+
     /// Graceful shutdown; returns the summary.
     pub async fn stop(self) -> RunSummary {
         self.shutdown.shutdown();
