@@ -12,7 +12,7 @@ use cdc_postgres::conn::{ConnectionConfig, ReplicationConnection, connect_sql};
 use cdc_testkit::{AuthMethod, Cluster, ClusterBuilder};
 use conn_support::{SharedCluster, backend_uses_tls, enc, sql_uses_tls, uri};
 
-/// Named `conn` so that `cargo test -p cdc-pgoutput conn` selects these tests.
+/// Named `conn` so that `cargo test -p cdc-postgres conn` selects these tests.
 mod conn {
     use super::*;
 

@@ -15,7 +15,7 @@ use conn_support::{SharedCluster, backend_uses_tls, enc, sql_uses_tls, uri};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// Named `conn` so that `cargo test -p cdc-pgoutput conn` selects these tests.
+/// Named `conn` so that `cargo test -p cdc-postgres conn` selects these tests.
 mod conn {
     use super::*;
 

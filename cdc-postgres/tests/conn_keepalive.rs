@@ -19,7 +19,7 @@ use cdc_postgres::conn::{
 use cdc_testkit::{Cluster, ClusterBuilder};
 use conn_support::{SharedCluster, read_commits, uri, walsender_alive};
 
-/// Named `conn` so that `cargo test -p cdc-pgoutput conn` selects these tests.
+/// Named `conn` so that `cargo test -p cdc-postgres conn` selects these tests.
 mod conn {
     use super::*;
 

@@ -15,7 +15,7 @@ use cdc_postgres::conn::{
 use cdc_testkit::ClusterBuilder;
 use conn_support::{uri, wait_for};
 
-/// Named `conn` so that `cargo test -p cdc-pgoutput conn` selects these tests.
+/// Named `conn` so that `cargo test -p cdc-postgres conn` selects these tests.
 mod conn {
     use super::*;
 

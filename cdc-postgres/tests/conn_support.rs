@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use cdc_core::Lsn;
 use cdc_pgoutput::protocol::replication::ServerMessage;
-use cdc_postgres::conn::ReplicationStream;
+use cdc_postgres::conn::{
+    PreflightOptions, ProblemKind, ReplicationStream, SourceConfig, connect_sql, preflight,
+};
 use cdc_testkit::{Cluster, ClusterBuilder};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use tokio::sync::Mutex;
@@ -161,4 +163,18 @@ pub async fn read_commits(
         }
     }
     (commits, tags)
+}
+
+/// `preflight` for `config` over a new SQL connection.
+pub async fn check(
+    config: &SourceConfig,
+    options: PreflightOptions,
+) -> cdc_postgres::conn::PreflightReport {
+    let client = connect_sql(&config.connection).await.unwrap();
+    preflight(&client, config, &options).await.unwrap()
+}
+
+/// The kinds of `report`'s problems, in order.
+pub fn kinds(report: &cdc_postgres::conn::PreflightReport) -> Vec<ProblemKind> {
+    report.problems.iter().map(|p| p.kind.clone()).collect()
 }

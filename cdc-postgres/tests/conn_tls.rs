@@ -26,7 +26,7 @@ X14de98VG/cs5GSyEAIhAI2p2y7fAflnQFL3OzVrUOYXm4GEosb4bvvtacw4+u2X
 -----END CERTIFICATE-----
 ";
 
-/// Named `conn` so that `cargo test -p cdc-pgoutput conn` selects these tests.
+/// Named `conn` so that `cargo test -p cdc-postgres conn` selects these tests.
 mod conn {
     use super::*;
 

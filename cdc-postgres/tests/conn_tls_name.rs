@@ -12,7 +12,7 @@ use cdc_postgres::conn::{
 use cdc_testkit::{AuthMethod, Cluster, ClusterBuilder};
 use conn_support::{backend_uses_tls, enc, sql_uses_tls};
 
-/// Named `conn` so that `cargo test -p cdc-pgoutput conn` selects these tests.
+/// Named `conn` so that `cargo test -p cdc-postgres conn` selects these tests.
 mod conn {
     use super::*;
 
