@@ -230,6 +230,11 @@ impl Oracle {
     }
 }
 
+/// `edges` as literals of the type `cast`: `'edge'::cast`.
+fn typed_literals(cast: &str, edges: &[&str]) -> Vec<String> {
+    edges.iter().map(|s| format!("'{s}'::{cast}")).collect()
+}
+
 fn integers(rng: &mut Rng, cast: &str, min: i64, max: i64) -> Vec<String> {
     let mut v: Vec<i64> = vec![min, min + 1, -1, 0, 1, max - 1, max];
     v.extend((0..150).map(|_| rng.range(-40, 40)));
@@ -300,33 +305,33 @@ fn floats4(rng: &mut Rng) -> Vec<String> {
 
 fn numerics(rng: &mut Rng) -> Vec<String> {
     let nines = "9".repeat(1000);
-    let mut v: Vec<String> = [
-        "NaN",
-        "Infinity",
-        "-Infinity",
-        "NaN",
-        "0",
-        "0.0",
-        "-0.000",
-        "1",
-        "1.0",
-        "1.00",
-        "-1.5",
-        "-1.50",
-        "1e-100",
-        "-1e-100",
-        "0.0000001",
-        "0.00000010",
-        "0.00000001",
-        "99999.9999",
-        "100000",
-        "100000.00000",
-        "123456789012345678901234567890.123456789",
-        "-123456789012345678901234567890.1234567890",
-    ]
-    .iter()
-    .map(|s| format!("'{s}'::numeric"))
-    .collect();
+    let mut v = typed_literals(
+        "numeric",
+        &[
+            "NaN",
+            "Infinity",
+            "-Infinity",
+            "NaN",
+            "0",
+            "0.0",
+            "-0.000",
+            "1",
+            "1.0",
+            "1.00",
+            "-1.5",
+            "-1.50",
+            "1e-100",
+            "-1e-100",
+            "0.0000001",
+            "0.00000010",
+            "0.00000001",
+            "99999.9999",
+            "100000",
+            "100000.00000",
+            "123456789012345678901234567890.123456789",
+            "-123456789012345678901234567890.1234567890",
+        ],
+    );
     v.push(format!("'{nines}.5'::numeric"));
     v.push(format!("'-{nines}.5'::numeric"));
     v.push(format!("'{nines}'::numeric"));
@@ -355,20 +360,20 @@ fn numerics(rng: &mut Rng) -> Vec<String> {
 }
 
 fn dates(rng: &mut Rng) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "infinity",
-        "-infinity",
-        "4714-11-24 BC",
-        "5874897-12-31",
-        "2000-01-01",
-        "1999-12-31",
-        "0001-01-01",
-        "0001-12-31 BC",
-        "infinity",
-    ]
-    .iter()
-    .map(|s| format!("'{s}'::date"))
-    .collect();
+    let mut v = typed_literals(
+        "date",
+        &[
+            "infinity",
+            "-infinity",
+            "4714-11-24 BC",
+            "5874897-12-31",
+            "2000-01-01",
+            "1999-12-31",
+            "0001-01-01",
+            "0001-12-31 BC",
+            "infinity",
+        ],
+    );
     for _ in 0..150 {
         v.push(format!("'{}'::date", Date::Days(rng.range(-20, 20) as i32)));
     }
@@ -397,76 +402,70 @@ fn times(rng: &mut Rng) -> Vec<String> {
 const MIN_TIMESTAMP: i64 = -211_813_488_000_000_000;
 const MAX_TIMESTAMP: i64 = 9_223_371_331_199_999_999;
 
+/// Microseconds since 2000: 150 within 2.5 s of it in quarter seconds (so equal values
+/// abound), then 150 anywhere in Postgres's range.
+fn timestamp_micros(rng: &mut Rng) -> Vec<i64> {
+    let mut micros: Vec<i64> = (0..150).map(|_| rng.range(-10, 10) * 250_000).collect();
+    micros.extend((0..150).map(|_| rng.range(MIN_TIMESTAMP, MAX_TIMESTAMP)));
+    micros
+}
+
 fn timestamps(rng: &mut Rng) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "infinity",
-        "-infinity",
-        "4714-11-24 00:00 BC",
-        "294276-12-31 23:59:59.999999",
-        "2000-01-01 00:00",
-        "1999-12-31 23:59:59.999999",
-        "-infinity",
-    ]
-    .iter()
-    .map(|s| format!("'{s}'::timestamp"))
-    .collect();
-    for _ in 0..150 {
-        v.push(format!(
-            "'{}'::timestamp",
-            Timestamp::Micros(rng.range(-10, 10) * 250_000)
-        ));
-    }
-    for _ in 0..150 {
-        v.push(format!(
-            "'{}'::timestamp",
-            Timestamp::Micros(rng.range(MIN_TIMESTAMP, MAX_TIMESTAMP))
-        ));
-    }
+    let mut v = typed_literals(
+        "timestamp",
+        &[
+            "infinity",
+            "-infinity",
+            "4714-11-24 00:00 BC",
+            "294276-12-31 23:59:59.999999",
+            "2000-01-01 00:00",
+            "1999-12-31 23:59:59.999999",
+            "-infinity",
+        ],
+    );
+    v.extend(
+        timestamp_micros(rng)
+            .into_iter()
+            .map(|m| format!("'{}'::timestamp", Timestamp::Micros(m))),
+    );
     v
 }
 
 fn timestamptzs(rng: &mut Rng) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "infinity",
-        "-infinity",
-        "4714-11-24 00:00+00 BC",
-        "294276-12-31 23:59:59.999999+00",
-        // The same instant in three zones.
-        "2024-01-01 12:00+02",
-        "2024-01-01 10:00+00",
-        "2024-01-01 05:00-05",
-        "2024-01-01 10:00:00.000001+00",
-    ]
-    .iter()
-    .map(|s| format!("'{s}'::timestamptz"))
-    .collect();
-    for _ in 0..150 {
-        v.push(format!(
-            "'{}'::timestamptz",
-            TimestampTz::Micros(rng.range(-10, 10) * 250_000)
-        ));
-    }
-    for _ in 0..150 {
-        v.push(format!(
-            "'{}'::timestamptz",
-            TimestampTz::Micros(rng.range(MIN_TIMESTAMP, MAX_TIMESTAMP))
-        ));
-    }
+    let mut v = typed_literals(
+        "timestamptz",
+        &[
+            "infinity",
+            "-infinity",
+            "4714-11-24 00:00+00 BC",
+            "294276-12-31 23:59:59.999999+00",
+            // The same instant in three zones.
+            "2024-01-01 12:00+02",
+            "2024-01-01 10:00+00",
+            "2024-01-01 05:00-05",
+            "2024-01-01 10:00:00.000001+00",
+        ],
+    );
+    v.extend(
+        timestamp_micros(rng)
+            .into_iter()
+            .map(|m| format!("'{}'::timestamptz", TimestampTz::Micros(m))),
+    );
     v
 }
 
 fn uuids(rng: &mut Rng) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "00000000-0000-0000-0000-000000000000",
-        "ffffffff-ffff-ffff-ffff-ffffffffffff",
-        "7fffffff-ffff-ffff-ffff-ffffffffffff",
-        "80000000-0000-0000-0000-000000000000",
-        "00000000-0000-0000-0000-000000000001",
-        "00000000-0000-0000-0000-000000000080",
-    ]
-    .iter()
-    .map(|s| format!("'{s}'::uuid"))
-    .collect();
+    let mut v = typed_literals(
+        "uuid",
+        &[
+            "00000000-0000-0000-0000-000000000000",
+            "ffffffff-ffff-ffff-ffff-ffffffffffff",
+            "7fffffff-ffff-ffff-ffff-ffffffffffff",
+            "80000000-0000-0000-0000-000000000000",
+            "00000000-0000-0000-0000-000000000001",
+            "00000000-0000-0000-0000-000000000080",
+        ],
+    );
     let firsts = [0x00u8, 0x01, 0x7f, 0x80, 0xfe, 0xff];
     for _ in 0..300 {
         let mut b = [0u8; 16];

@@ -515,10 +515,17 @@ mod copy {
         out
     }
 
-    /// Copies `public.t` with one worker from a server running `script` once the COPY
-    /// was asked for, its rows decoded by `decoders` tasks; the rows, or the error the
-    /// worker reported. Bounded by [`BOUND`].
-    async fn copy_from<F, Fut>(decoders: usize, script: F) -> Result<Vec<Row>, Error>
+    /// Starts one copy worker of `public.t`, its rows decoded by `decoders` tasks and
+    /// reported through a channel of `capacity` messages, against a server running
+    /// `script` once the COPY was asked for.
+    async fn start_copy<F, Fut>(
+        decoders: usize,
+        capacity: usize,
+        script: F,
+    ) -> (
+        tokio::sync::mpsc::Receiver<CopyMessage>,
+        tokio::task::JoinSet<()>,
+    )
     where
         F: FnOnce(Peer) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send,
@@ -536,8 +543,25 @@ mod copy {
             pages: None,
             decoders,
         };
-        let (mut rx, _workers) =
-            spawn_workers(config, "00000003-1".into(), table(), vec![item], 1, 4);
+        spawn_workers(
+            config,
+            "00000003-1".into(),
+            table(),
+            vec![item],
+            1,
+            capacity,
+        )
+    }
+
+    /// Copies `public.t` with one worker from a server running `script` once the COPY
+    /// was asked for, its rows decoded by `decoders` tasks; the rows, or the error the
+    /// worker reported. Bounded by [`BOUND`].
+    async fn copy_from<F, Fut>(decoders: usize, script: F) -> Result<Vec<Row>, Error>
+    where
+        F: FnOnce(Peer) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let (mut rx, _workers) = start_copy(decoders, 4, script).await;
         let read = async {
             let mut rows = Vec::new();
             while let Some(message) = rx.recv().await {
@@ -686,23 +710,12 @@ mod copy {
     #[tokio::test]
     async fn a_consumer_that_stops_taking_rows_ends_the_copy_worker() {
         for decoders in [1, 2] {
-            let config = hostile(|mut peer| async move {
-                peer.startup().await;
-                peer.accept_login().await;
-                peer.serve_queries(|sql| sql.starts_with("COPY")).await;
+            let (mut rx, mut workers) = start_copy(decoders, 1, |mut peer| async move {
                 let data = copy_data(&(1..=20_000).collect::<Vec<_>>());
                 peer.send(&whole_copy(&data, 20_000)).await;
                 peer.linger().await;
             })
             .await;
-            let item = WorkItem {
-                table: 0,
-                relation: TableName::parse("public.t").unwrap(),
-                pages: None,
-                decoders,
-            };
-            let (mut rx, mut workers) =
-                spawn_workers(config, "00000003-1".into(), table(), vec![item], 1, 1);
             let first = tokio::time::timeout(BOUND, rx.recv()).await.unwrap();
             assert!(matches!(first, Some(CopyMessage::Rows { .. })), "{first:?}");
             // Nobody takes the rest: the worker (and its decoding tasks) must end, not

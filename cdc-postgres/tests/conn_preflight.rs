@@ -12,7 +12,7 @@ use cdc_postgres::conn::{
     PreflightOptions, ProblemKind, ReplicationConnection, Severity, SourceConfig,
 };
 use cdc_testkit::{AuthMethod, Cluster, ClusterBuilder};
-use conn_support::{SharedCluster, check, kinds, uri};
+use conn_support::{SharedCluster, check, kinds, source, uri};
 
 /// Named `conn` so that `cargo test -p cdc-postgres conn` selects these tests.
 mod conn {
@@ -49,16 +49,6 @@ mod conn {
                 SETUP,
             )
             .await
-    }
-
-    fn source(cluster: &Cluster, publication: &str, tables: &[&str]) -> SourceConfig {
-        SourceConfig::new(
-            &uri(cluster, "cdc", Some("cdc-secret"), "postgres", ""),
-            publication,
-        )
-        .unwrap()
-        .with_tables(tables)
-        .unwrap()
     }
 
     #[tokio::test]

@@ -13,7 +13,9 @@ use cdc_postgres::conn::{
     SlotProblem, SnapshotAction, SourceConfig, StreamOptions, check_resume,
 };
 use cdc_testkit::{AuthMethod, Cluster, ClusterBuilder};
-use conn_support::{SharedCluster, check, confirmed_flush, kinds, read_commits, uri, wait_for};
+use conn_support::{
+    SharedCluster, check, confirmed_flush, kinds, read_commits, source, uri, wait_for,
+};
 
 /// Named `conn` so that `cargo test -p cdc-postgres conn` selects these tests.
 mod conn {
@@ -48,16 +50,6 @@ mod conn {
                 SETUP,
             )
             .await
-    }
-
-    fn source(cluster: &Cluster, publication: &str, tables: &[&str]) -> SourceConfig {
-        SourceConfig::new(
-            &uri(cluster, "cdc", Some("cdc-secret"), "postgres", ""),
-            publication,
-        )
-        .unwrap()
-        .with_tables(tables)
-        .unwrap()
     }
 
     #[tokio::test]

@@ -165,6 +165,18 @@ pub async fn read_commits(
     (commits, tags)
 }
 
+/// A source of `publication` (narrowed to `tables` when not empty) on database
+/// `postgres`, as the role `cdc` with the password `cdc-secret`.
+pub fn source(cluster: &Cluster, publication: &str, tables: &[&str]) -> SourceConfig {
+    SourceConfig::new(
+        &uri(cluster, "cdc", Some("cdc-secret"), "postgres", ""),
+        publication,
+    )
+    .unwrap()
+    .with_tables(tables)
+    .unwrap()
+}
+
 /// `preflight` for `config` over a new SQL connection.
 pub async fn check(
     config: &SourceConfig,

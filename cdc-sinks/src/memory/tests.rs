@@ -20,6 +20,18 @@ fn keyed() -> SchemaRef {
     )
 }
 
+/// Batch `id`: one insert into `keyed` of the row (1, 'a', 0), at position 10/1.
+fn one_insert(id: u64, k: &SchemaRef) -> SinkBatch {
+    batch(
+        id,
+        vec![insert(
+            pos(10, 1),
+            k,
+            vec![Value::Int4(1), text("a"), Value::Int4(0)],
+        )],
+    )
+}
+
 fn bag() -> SchemaRef {
     testing::table("f", &[("a", 23), ("body", 25)], &[], ReplicaIdentity::Full)
 }
@@ -296,14 +308,7 @@ proptest! {
 async fn replayed_events_are_recorded_as_duplicates_and_not_applied() {
     let handle = MemoryHandle::default();
     let k = keyed();
-    let b = batch(
-        0,
-        vec![insert(
-            pos(10, 1),
-            &k,
-            vec![Value::Int4(1), text("a"), Value::Int4(0)],
-        )],
-    );
+    let b = one_insert(0, &k);
     let mut sink = handle.sink();
     sink.open(Acknowledger::channel().0).await.unwrap();
     sink.write(b.clone()).await.unwrap();
@@ -317,14 +322,7 @@ async fn replayed_events_are_recorded_as_duplicates_and_not_applied() {
 async fn held_writes_wait_until_released_and_a_dropped_wait_is_uncounted() {
     let handle = MemoryHandle::default();
     let k = keyed();
-    let b = batch(
-        0,
-        vec![insert(
-            pos(10, 1),
-            &k,
-            vec![Value::Int4(1), text("a"), Value::Int4(0)],
-        )],
-    );
+    let b = one_insert(0, &k);
     let mut sink = handle.sink();
     sink.open(Acknowledger::channel().0).await.unwrap();
     handle.hold_writes(true);
@@ -391,14 +389,7 @@ async fn pending_checkpoints_become_durable_only_when_completed() {
     let mut sink = handle.sink();
     let (acks, mut rx) = Acknowledger::channel();
     assert_eq!(sink.open(acks).await.unwrap(), None);
-    let b = batch(
-        7,
-        vec![insert(
-            pos(10, 1),
-            &k,
-            vec![Value::Int4(1), text("a"), Value::Int4(0)],
-        )],
-    );
+    let b = one_insert(7, &k);
     assert_eq!(sink.write(b.clone()).await.unwrap(), Ack::Pending);
     assert_eq!(
         sink.checkpoint(&b.resume_token).await.unwrap(),
@@ -424,14 +415,7 @@ async fn a_crash_drops_pending_checkpoints_and_kills_the_old_sink() {
     let k = keyed();
     let mut sink = handle.sink();
     sink.open(Acknowledger::channel().0).await.unwrap();
-    let b = batch(
-        0,
-        vec![insert(
-            pos(10, 1),
-            &k,
-            vec![Value::Int4(1), text("a"), Value::Int4(0)],
-        )],
-    );
+    let b = one_insert(0, &k);
     sink.write(b.clone()).await.unwrap();
     sink.checkpoint(&b.resume_token).await.unwrap();
     handle.simulate_crash();
