@@ -42,8 +42,11 @@ pub struct SnapshotProgress {
 /// changes the chunks already reflect.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackfillProgress {
-    /// Every table still being backfilled, or completed during this stream (kept so that a
-    /// completed table is never copied again).
+    /// Every table of the stream's set — being copied, copied, or not to be copied —
+    /// and every table that left the set in a later run (`removed`). Kept after the
+    /// copy is over: a later run learns from it which tables the sink holds, so a
+    /// completed table is never copied again, a table added since is copied alone, and a
+    /// table that comes back is copied anew.
     pub tables: Vec<TableBackfill>,
 }
 
@@ -52,9 +55,17 @@ pub struct BackfillProgress {
 pub struct TableBackfill {
     /// The table.
     pub table: TableName,
-    /// Every row of the table is delivered.
+    /// Nothing is left to copy: every row is delivered, or the stream's snapshot mode
+    /// chose not to copy the table (`never`), which then delivers its changes only.
     #[serde(default)]
     pub done: bool,
+    /// The table left the stream's table set in a later run: the sink holds what was
+    /// delivered of it until then, and its changes since were not delivered. Kept so that
+    /// a run which adds the table back knows the sink's copy is stale: it is copied again,
+    /// after a TRUNCATE of it (or, with snapshot mode `never`, streamed on as it is, with
+    /// a warning).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
     /// The key of the last row delivered (each key column in Postgres's text form), in
     /// key order: rows up to and including it are the sink's. `None`: nothing yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -255,6 +266,7 @@ mod tests {
             tables: vec![TableBackfill {
                 table: TableName::new("public", "orders"),
                 done: false,
+                removed: false,
                 upto: Some(vec!["42".into(), "it's".into()]),
                 chunks: 3,
                 rows: 3000,

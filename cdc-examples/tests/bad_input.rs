@@ -187,3 +187,81 @@ fn out_of_range_durations_rates_and_sizes_are_usage_errors() {
         }
     }
 }
+
+/// Issue 44, case 3: a replica identity index that lacks the primary key would make
+/// updates and deletes name their row by NULLs (`{"delete":{"id":null}}`). Refused before
+/// anything is created or written, naming the table and the fix; `check` says the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_identity_index_without_the_primary_key_is_refused_up_front() {
+    let cluster = Cluster::new().await.unwrap();
+    cluster
+        .execute(
+            "CREATE TABLE public.t (id int PRIMARY KEY, uk int NOT NULL, v text);
+             CREATE UNIQUE INDEX t_uk ON public.t (uk);
+             ALTER TABLE public.t REPLICA IDENTITY USING INDEX t_uk;
+             CREATE TABLE public.fine (id int, uk int NOT NULL, PRIMARY KEY (id));
+             CREATE UNIQUE INDEX fine_id_uk ON public.fine (id, uk);
+             ALTER TABLE public.fine REPLICA IDENTITY USING INDEX fine_id_uk;
+             INSERT INTO public.t VALUES (1, 10, 'a');
+             CREATE PUBLICATION pub FOR TABLE public.t, public.fine;",
+        )
+        .await
+        .unwrap();
+    let uri = cluster.uri("postgres", cdc_testkit::ADMIN_USER, None);
+    let out = tempfile::tempdir().unwrap();
+    let out_dir = out.path().join("out");
+    let output = run(
+        pgcdc([
+            "stream",
+            "--uri",
+            &uri,
+            "--publication",
+            "pub",
+            "--table",
+            "public.t",
+            "--table",
+            "public.fine",
+            "--out-dir",
+            out_dir.to_str().unwrap(),
+        ]),
+        TIMEOUT,
+    );
+    let stderr = assert_clean_failure(&output, Some(3));
+    for text in [
+        "public.t has REPLICA IDENTITY USING INDEX t_uk",
+        "ALTER TABLE public.t REPLICA IDENTITY DEFAULT",
+    ] {
+        assert!(stderr.contains(text), "missing {text:?} in:\n{stderr}");
+    }
+    assert!(
+        !stderr.contains("public.fine has"),
+        "an index holding the key is fine:\n{stderr}"
+    );
+    let client = cluster.connect("postgres").await.unwrap();
+    let slots: i64 = client
+        .query_one("SELECT count(*) FROM pg_replication_slots", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 0, "nothing was created in the source");
+    let written = std::fs::read_dir(&out_dir).map_or(0, |d| {
+        d.filter_map(Result::ok)
+            .filter(|e| e.metadata().is_ok_and(|m| m.len() > 0 && m.is_file()))
+            .count()
+    });
+    assert_eq!(written, 0, "nothing was written");
+
+    let output = run(
+        pgcdc(["check", "--uri", &uri, "--publication", "pub"]),
+        TIMEOUT,
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(3), "{stdout}");
+    for text in [
+        "public.t has REPLICA IDENTITY USING INDEX t_uk",
+        "ALTER TABLE public.t REPLICA IDENTITY DEFAULT",
+        "1 error",
+    ] {
+        assert!(stdout.contains(text), "missing {text:?} in:\n{stdout}");
+    }
+}

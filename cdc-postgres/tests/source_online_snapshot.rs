@@ -523,6 +523,44 @@ async fn resnapshot_of_one_table_converges_while_writes_continue() {
         chunks(&name_b)
     );
     assert_eq!(chunks(&name_a), 0, "a was not copied again");
+    // The new copy is counted anew (issue 44, case 7): its own TableStarted, chunks
+    // numbered from 0, and a TableCompleted counting only its rows.
+    let started = later
+        .iter()
+        .filter(|e| matches!(&e.kind, EventKind::Snapshot(SnapshotMarker::TableStarted(t)) if *t == name_b))
+        .count();
+    assert_eq!(started, 1, "b's new copy has its TableStarted");
+    assert!(
+        later.iter().any(|e| matches!(&e.kind, EventKind::Snapshot(SnapshotMarker::ChunkStarted { table, chunk: 0 }) if *table == name_b)),
+        "b's chunks are numbered from 0 again"
+    );
+    let placed: u64 = later
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Snapshot(SnapshotMarker::ChunkCompleted { table, rows, .. })
+                if *table == name_b =>
+            {
+                Some(*rows)
+            }
+            _ => None,
+        })
+        .sum();
+    let completed: Vec<u64> = later
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Snapshot(SnapshotMarker::TableCompleted { table, rows })
+                if *table == name_b =>
+            {
+                Some(*rows)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        completed,
+        vec![placed],
+        "b's TableCompleted counts the new copy's rows"
+    );
 }
 
 /// On a standby (PostgreSQL 16+) nothing can be written: the online snapshot reads its

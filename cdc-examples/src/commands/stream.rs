@@ -93,6 +93,15 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
             })
         })
         .collect::<Result<_, _>>()?;
+    // Feldera JSON outputs (files, stdout, JetStream) apply a TRUNCATE only as a marker
+    // the consumer acts on; with `error` or `skip`, a table copied again is refused up
+    // front rather than failing midway or leaving its old rows beside the new copy.
+    let policies = args.policies.policies();
+    let jetstream = args.nats.options(&config.connection.dbname, policies)?;
+    let feldera_output =
+        jetstream.is_some() || args.out_dir.is_some() || args.format == FormatArg::Feldera;
+    options.sink_applies_truncate =
+        !feldera_output || policies.truncate == cdc_sinks::feldera::TruncatePolicy::Marker;
     let source = GuardedSource::new(PgSource::new(options), permission);
     let pipeline = PipelineConfig {
         commit_mode: config.commit_mode,
@@ -108,8 +117,6 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
         metrics: args.metrics.clone(),
         policy_log: None,
     };
-    let policies = args.policies.policies();
-    let jetstream = args.nats.options(&config.connection.dbname, policies)?;
     let outcome = match (&args.out_dir, args.format) {
         (None, _) if let Some(options) = jetstream => {
             let sink = JetStreamSink::new(options)?;

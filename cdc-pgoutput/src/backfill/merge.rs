@@ -338,29 +338,42 @@ impl Backfill {
         Ok(Some(ChangeEvent { position, kind }))
     }
 
+    /// Whether a TRUNCATE of table `index` starts its backfill over: it does while the
+    /// table is being backfilled (not done, or a window still open); a done table's
+    /// TRUNCATE is an ordinary change.
+    pub fn truncate_restarts(&self, index: usize) -> bool {
+        self.tables
+            .get(index)
+            .is_some_and(|t| t.frontier != Frontier::Done || !t.windows.is_empty())
+    }
+
     /// A TRUNCATE empties the sink's copy of a table being backfilled: its chunks start
     /// over (windows of chunks read before it no longer describe what the sink holds).
     fn restart_table(&mut self, index: usize) {
-        if let Some(state) = self.tables.get_mut(index)
-            && (state.frontier != Frontier::Done || !state.windows.is_empty())
-        {
-            state.frontier = Frontier::NotStarted;
-            state.windows.clear();
+        if self.truncate_restarts(index) {
+            self.restart_table_at_anchor(index);
         }
     }
 
     /// Starts table `index`'s backfill over from its first row, whatever its state (the
     /// source puts a TRUNCATE of the table at the next anchor, before the first chunk,
-    /// so the sink holds nothing of it when the chunks come).
+    /// so the sink holds nothing of it when the chunks come). Its chunk and row counts
+    /// start over too: the copy that follows is a new one.
     pub fn restart_table_at_anchor(&mut self, index: usize) {
         if let Some(state) = self.tables.get_mut(index) {
             state.frontier = Frontier::NotStarted;
             state.windows.clear();
+            state.chunks = 0;
+            state.rows = 0;
         }
     }
 
+    /// The index of `table` while the merge still decides its changes (not done, or a
+    /// window still open); `None` for a table the merge passes through untouched.
     fn index_of(&self, table: &SchemaRef) -> Option<usize> {
-        self.tables.iter().position(|t| t.table == table.name)
+        self.tables.iter().position(|t| {
+            t.table == table.name && (t.frontier != Frontier::Done || !t.windows.is_empty())
+        })
     }
 
     fn decide_row(&mut self, table: &SchemaRef, row: &Row) -> Result<Option<Side>, Error> {

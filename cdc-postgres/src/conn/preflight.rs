@@ -82,6 +82,15 @@ pub enum ProblemKind {
         /// The table.
         table: TableName,
     },
+    /// `REPLICA IDENTITY USING INDEX` on an index that lacks a primary key column: old
+    /// rows carry the index's columns only, so updates and deletes cannot name the row by
+    /// its primary key (they would name it by NULLs).
+    ReplicaIdentityIndexWithoutPrimaryKey {
+        /// The table.
+        table: TableName,
+        /// The replica identity index.
+        index: String,
+    },
     /// The publication has no tables and none are configured.
     EmptyPublication {
         /// The publication.
@@ -179,6 +188,11 @@ impl Problem {
             ProblemKind::NoReplicaIdentityKey { table } => format!(
                 "table {table} has no primary key and REPLICA IDENTITY DEFAULT: updates and deletes carry no old key (and Postgres rejects them on a table published for updates and deletes)"
             ),
+            ProblemKind::ReplicaIdentityIndexWithoutPrimaryKey { table, index } => format!(
+                "table {table} has REPLICA IDENTITY USING INDEX {index}, which lacks a primary key column: \
+                 updates and deletes carry only the index's columns of the old row, so they cannot name the \
+                 row by its primary key"
+            ),
             ProblemKind::EmptyPublication { publication } => {
                 format!("publication {publication:?} contains no tables")
             }
@@ -232,6 +246,9 @@ impl Problem {
             }
             ProblemKind::ReplicaIdentityNothing { table } | ProblemKind::NoReplicaIdentityKey { table } => format!(
                 "add a primary key, or ALTER TABLE {table} REPLICA IDENTITY FULL;"
+            ),
+            ProblemKind::ReplicaIdentityIndexWithoutPrimaryKey { table, .. } => format!(
+                "ALTER TABLE {table} REPLICA IDENTITY DEFAULT; (the primary key), or ALTER TABLE {table} REPLICA IDENTITY FULL;"
             ),
             ProblemKind::EmptyPublication { publication } => format!(
                 "ALTER PUBLICATION {} ADD TABLE schema.table;",
@@ -517,7 +534,11 @@ pub async fn preflight(
             .query_opt(
                 "SELECT c.oid::int8, c.relreplident::text, \
                  EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), \
-                 has_table_privilege(c.oid, 'SELECT') \
+                 has_table_privilege(c.oid, 'SELECT'), \
+                 (SELECT ri.indexrelid::regclass::text FROM pg_index pk \
+                  JOIN pg_index ri ON ri.indrelid = pk.indrelid AND ri.indisreplident \
+                  WHERE pk.indrelid = c.oid AND pk.indisprimary \
+                  AND NOT (pk.indkey::int2[] <@ ri.indkey::int2[])) \
                  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
                  WHERE n.nspname::text = $1::text AND c.relname::text = $2::text \
                  AND c.relkind IN ('r', 'p')",
@@ -544,6 +565,7 @@ pub async fn preflight(
         let replica_identity = identity.bytes().next().and_then(ReplicaIdentity::from_char);
         let has_primary_key: bool = row.try_get(2).map_err(sql_error)?;
         let can_select: bool = row.try_get(3).map_err(sql_error)?;
+        let index_without_key: Option<String> = row.try_get(4).map_err(sql_error)?;
         if !can_select {
             problems.push(Problem::error(ProblemKind::NoSelectPrivilege {
                 table: name.clone(),
@@ -560,6 +582,16 @@ pub async fn preflight(
                 problems.push(Problem::warning(ProblemKind::NoReplicaIdentityKey {
                     table: name.clone(),
                 }));
+            }
+            Some(ReplicaIdentity::Index) => {
+                if let Some(index) = index_without_key {
+                    problems.push(Problem::error(
+                        ProblemKind::ReplicaIdentityIndexWithoutPrimaryKey {
+                            table: name.clone(),
+                            index,
+                        },
+                    ));
+                }
             }
             _ => {}
         }

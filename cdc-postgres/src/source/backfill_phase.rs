@@ -115,12 +115,20 @@ impl BackfillPhase {
         let mut catalog = Vec::new();
         let mut covered = BackfillProgress::default();
         let mut truncate_first = Vec::new();
+        let mut removed = Vec::new();
         for entry in progress.tables {
             let Some(index) = catalog_tables
                 .iter()
                 .position(|t| t.schema.name == entry.table)
             else {
-                // No longer configured: it simply stops being delivered.
+                // Not in this run's set: its changes are not delivered, and the token
+                // keeps it as removed (see `table_set`), after the merged tables so that
+                // the token's entries and the merge's tables share their indexes.
+                removed.push(TableBackfill {
+                    removed: true,
+                    windows: Vec::new(),
+                    ..entry
+                });
                 continue;
             };
             let Some(table) = catalog_tables.get(index) else {
@@ -143,7 +151,14 @@ impl BackfillPhase {
                     .windows
                     .iter()
                     .any(|w| w.after.is_some() || w.upto.is_some());
-            let (frontier, windows) = if whole && keyed_progress {
+            let (frontier, windows) = if entry.removed {
+                // Back in the stream after a run without it: the sink's copy is stale (its
+                // changes meanwhile are missing), so it is copied anew after a TRUNCATE of
+                // it. The token keeps it `removed` until that TRUNCATE is covered.
+                tracing::info!(table = %entry.table, "copying the table again: it is back in the stream after a run without it");
+                truncate_first.push(states.len());
+                (Frontier::NotStarted, Vec::new())
+            } else if whole && keyed_progress {
                 // Copied by key before (an earlier version ordered this key itself): the
                 // token's ranges mean nothing to a whole-table read, so the table is
                 // copied again, after a TRUNCATE of it.
@@ -159,18 +174,21 @@ impl BackfillPhase {
                 }
                 restored_frontier_and_windows(table, &entry, processed)?
             };
+            // A copy that starts over is counted anew (its `TableStarted` comes again).
+            let recopy = truncate_first.last() == Some(&states.len());
             states.push(TableState {
                 table: entry.table.clone(),
                 key_columns,
                 order,
                 frontier,
                 windows,
-                chunks: entry.chunks,
-                rows: entry.rows,
+                chunks: if recopy { 0 } else { entry.chunks },
+                rows: if recopy { 0 } else { entry.rows },
             });
             catalog.push(index);
             covered.tables.push(entry);
         }
+        covered.tables.extend(removed);
         let (anchor_lsn, next_ordinal) = match after {
             Some(p) if p.ordinal >= ANCHOR_ORDINAL_BASE => (p.commit_lsn, p.ordinal + 1),
             _ => (Lsn::ZERO, ANCHOR_ORDINAL_BASE),
@@ -243,16 +261,23 @@ impl BackfillPhase {
 
     /// The progress of a fresh backfill of every table in `tables`.
     pub(crate) fn fresh_progress(tables: &[CatalogTable]) -> BackfillProgress {
-        Self::with_new_tables(BackfillProgress::default(), tables)
+        Self::progress_of(tables, false)
     }
 
-    /// The progress of a stream whose sink holds every table of `tables` in full.
+    /// The progress of a stream with nothing to copy of `tables`: its sink holds them in
+    /// full (a consistent snapshot), or the snapshot mode is `never`. Written into tokens
+    /// so that a later run knows the stream's table set.
     pub(crate) fn all_done(tables: &[CatalogTable]) -> BackfillProgress {
-        let mut progress = Self::fresh_progress(tables);
-        for entry in &mut progress.tables {
-            entry.done = true;
+        Self::progress_of(tables, true)
+    }
+
+    fn progress_of(tables: &[CatalogTable], done: bool) -> BackfillProgress {
+        BackfillProgress {
+            tables: tables
+                .iter()
+                .map(|t| super::table_set::entry(&t.schema.name, done))
+                .collect(),
         }
-        progress
     }
 
     /// Copies `table` again from its first row: a TRUNCATE of the table goes first (at
@@ -270,26 +295,13 @@ impl BackfillPhase {
         Ok(())
     }
 
-    /// `progress` plus a fresh entry for every table of `tables` it does not list: a table
-    /// added to the stream since (by configuration or to the publication) is backfilled
-    /// alone; the others continue where they were.
-    pub(crate) fn with_new_tables(
-        mut progress: BackfillProgress,
-        tables: &[CatalogTable],
-    ) -> BackfillProgress {
-        for table in tables {
-            if !progress.tables.iter().any(|t| t.table == table.schema.name) {
-                progress.tables.push(TableBackfill {
-                    table: table.schema.name.clone(),
-                    done: false,
-                    upto: None,
-                    chunks: 0,
-                    rows: 0,
-                    windows: Vec::new(),
-                });
-            }
-        }
-        progress
+    /// Tables whose copy starts over with a TRUNCATE not yet placed.
+    pub(crate) fn tables_to_truncate(&self) -> Vec<TableName> {
+        self.truncate_first
+            .iter()
+            .filter_map(|&index| self.merge.tables().get(index))
+            .map(|state| state.table.clone())
+            .collect()
     }
 
     /// Whether chunks remain to be read and it is time to read them.
@@ -335,11 +347,14 @@ impl BackfillPhase {
     pub(crate) fn on_event(&mut self, event: ChangeEvent) -> Result<Option<ChangeEvent>> {
         if let EventKind::Truncate { tables, .. } = &event.kind {
             for table in tables {
+                // Only a TRUNCATE that starts the table's copy over changes the token's
+                // view of it; a done table's is an ordinary change.
                 if let Some(index) = self
                     .merge
                     .tables()
                     .iter()
                     .position(|t| t.table == table.name)
+                    && self.merge.truncate_restarts(index)
                 {
                     self.progress.push(Step::Restart {
                         table: index,

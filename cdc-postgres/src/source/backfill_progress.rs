@@ -127,7 +127,7 @@ impl CoveredProgress {
                 .covered
                 .tables
                 .iter()
-                .all(|t| t.done && t.windows.is_empty())
+                .all(|t| t.removed || (t.done && t.windows.is_empty()))
     }
 
     /// The progress a token covering everything up to `last` (and transactions up to
@@ -149,9 +149,15 @@ impl CoveredProgress {
             };
             match step {
                 Step::Restart { table, .. } => {
+                    // The sink holds nothing of the table from here: its copy starts
+                    // over (counted anew), and a table back in the stream is no longer
+                    // stale.
                     if let Some(entry) = self.covered.tables.get_mut(table) {
                         entry.done = false;
+                        entry.removed = false;
                         entry.upto = None;
+                        entry.chunks = 0;
+                        entry.rows = 0;
                         entry.windows.clear();
                     }
                 }
@@ -180,6 +186,7 @@ impl CoveredProgress {
                         let partial = TableBackfill {
                             table: entry.table.clone(),
                             done: false,
+                            removed: false,
                             upto: None,
                             chunks: entry.chunks + 1,
                             rows: entry.rows + delivered as u64,
@@ -216,6 +223,7 @@ impl CoveredProgress {
                             let mut partial = TableBackfill {
                                 table: entry.table.clone(),
                                 done: false,
+                                removed: false,
                                 upto: Some(key.clone()),
                                 chunks: entry.chunks + 1,
                                 rows: entry.rows + delivered as u64,
@@ -310,6 +318,7 @@ mod tests {
             tables: vec![TableBackfill {
                 table: TableName::new("public", "t"),
                 done: false,
+                removed: false,
                 upto: None,
                 chunks: 0,
                 rows: 0,

@@ -19,6 +19,7 @@ mod snapshot_phase;
 mod spill;
 mod start;
 mod stats;
+mod table_set;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -455,6 +456,9 @@ impl PgSource {
                     self.pending.push_back(Pending::End(consistent_point));
                     self.fill();
                     self.snapshot_progress = None;
+                    // From here the tokens record the table set, every table copied (a
+                    // later run learns which tables are new to the stream, or gone).
+                    self.backfill_progress = Some(BackfillPhase::all_done(&self.tables));
                     return Ok(Some(self.take_batch()));
                 }
                 Phase::Streaming => {}

@@ -53,6 +53,13 @@ pub struct PgSourceOptions {
     /// a sink that applies events as a multiset. Each run given the list starts these
     /// tables' copies over; give it once.
     pub resnapshot: Vec<cdc_core::TableName>,
+    /// Whether the sink applies a TRUNCATE (empties its copy of the table; default true).
+    /// A table copied again while the stream runs — listed in `resnapshot`, back in the
+    /// stream after a run without it, or read whole and cut short before — is preceded by
+    /// a TRUNCATE of it. When false (an output that rejects or skips TRUNCATE), `start`
+    /// refuses such a run with a Config error naming the tables, before anything is
+    /// delivered, instead of leaving the old rows beside the new copy.
+    pub sink_applies_truncate: bool,
     /// Copy the snapshot and stop (`initial_only`): no streaming; the slot is temporary.
     pub snapshot_only: bool,
     /// Stop cleanly once the stream reaches this LSN (like `pg_recvlogical -E`), and any
@@ -82,6 +89,7 @@ impl PgSourceOptions {
             snapshot_chunk_pages: 16_384,
             backfill_chunk_rows: 10_000,
             resnapshot: Vec::new(),
+            sink_applies_truncate: true,
             snapshot_only: false,
             end_lsn: None,
             reconnect: ReconnectPolicy::default(),

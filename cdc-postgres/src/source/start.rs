@@ -10,6 +10,7 @@ use cdc_core::{
 
 use super::backfill_phase::{BackfillOptions, BackfillPhase};
 use super::snapshot_phase::SnapshotPhase;
+use super::table_set::{self, AddedTables};
 use super::{Pending, PgSource, Phase};
 use crate::catalog::{self, CatalogTable};
 use crate::conn::{
@@ -168,30 +169,34 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
             let start = confirmed.max(covered);
             start_streaming(source, repl, start).await?;
             let resnapshot = source.options.resnapshot.clone();
-            let progress = match (&token.backfill, resnapshot.is_empty()) {
-                (Some(progress), _) => Some(BackfillPhase::with_new_tables(
-                    progress.clone(),
-                    &source.tables,
-                )),
-                // A stream without online progress (consistent snapshot, or none): every
-                // table is the sink's already, except those to copy again.
-                (None, false) => Some(BackfillPhase::all_done(&source.tables)),
-                (None, true) => None,
-            };
-            if let Some(progress) = progress {
-                for table in &resnapshot {
-                    if !source.tables.iter().any(|t| &t.schema.name == table) {
-                        return Err(Error::config(format!(
-                            "--resnapshot {table}: the table is not one the stream delivers"
-                        )));
-                    }
+            for table in &resnapshot {
+                if !source.tables.iter().any(|t| &t.schema.name == table) {
+                    return Err(Error::config(format!(
+                        "--resnapshot {table}: the table is not one the stream delivers"
+                    )));
                 }
-                source.backfill_progress = Some(progress.clone());
-                begin_backfill(source, progress, start)?;
-                if let Some(backfill) = source.backfill.as_mut() {
-                    for table in &resnapshot {
-                        backfill.restart(table)?;
-                    }
+            }
+            let configured: Vec<TableName> = source
+                .tables
+                .iter()
+                .map(|t| t.schema.name.clone())
+                .collect();
+            let added_tables = if config.snapshot == SnapshotMode::Never {
+                AddedTables::StreamOnly
+            } else {
+                AddedTables::Copy
+            };
+            let set = table_set::resume(token.backfill.clone(), &configured, added_tables);
+            report_table_set(&set, added_tables);
+            source.backfill_progress = Some(set.progress.clone());
+            begin_backfill(source, set.progress, start)?;
+            if let Some(backfill) = source.backfill.as_mut() {
+                for table in &resnapshot {
+                    backfill.restart(table)?;
+                }
+                let truncated = backfill.tables_to_truncate();
+                if !source.options.sink_applies_truncate && !truncated.is_empty() {
+                    return Err(refuse_truncate(&truncated));
                 }
             }
             Ok(confirmed)
@@ -209,7 +214,9 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                 tracing::warn!(slot = %source.slot, "dropping the existing slot to take a new snapshot");
                 repl.drop_slot(&source.slot, true).await?;
             } else if let Some(slot) = slot {
-                // snapshot = never and no token: stream from where the slot is.
+                // snapshot = never and no token: stream from where the slot is. The
+                // tokens record the table set, none of it to copy.
+                source.backfill_progress = Some(BackfillPhase::all_done(&source.tables));
                 let confirmed = slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
                 source.confirmed = confirmed;
                 start_streaming(source, repl, confirmed).await?;
@@ -246,6 +253,10 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                 .await?;
                 source.confirmed = created.consistent_point;
                 start_streaming(source, repl, created.consistent_point).await?;
+                if !online {
+                    // snapshot = never: the tokens record the table set, none of it to copy.
+                    source.backfill_progress = Some(BackfillPhase::all_done(&source.tables));
+                }
                 if online {
                     if resume.is_some() {
                         // The sink holds part of an interrupted snapshot (the consistent
@@ -302,8 +313,10 @@ fn begin_backfill(source: &mut PgSource, progress: BackfillProgress, start: Lsn)
         source.queued_upto,
         backfill_options(source),
     )?;
-    if let Some(assembler) = source.assembler.as_mut() {
+    if let Some(assembler) = source.assembler.as_mut().filter(|_| phase.copies()) {
         // Chunk rows carry the catalog's schemas: the stream's Relation messages match them.
+        // (A resumed stream with nothing to copy leaves them unseeded, as a stream without
+        // a snapshot does: the first Relation of a table defines it.)
         for table in source.tables.iter() {
             assembler
                 .relations_mut()
@@ -312,6 +325,55 @@ fn begin_backfill(source: &mut PgSource, progress: BackfillProgress, start: Lsn)
     }
     source.backfill = Some(phase);
     Ok(())
+}
+
+/// A copy taken again needs a TRUNCATE the sink does not apply.
+fn refuse_truncate(tables: &[TableName]) -> Error {
+    let list = tables
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    Error::config(format!(
+        "{list}: the output holds an earlier copy (a table back in the stream after a run without it, a table to \
+         --resnapshot, or a table without a key whose copy was cut short), so the new copy must start with a TRUNCATE \
+         of it, which this output does not apply. Fix: with Feldera JSON, --on-truncate marker if the consumer applies \
+         it (--layout multiplexed); or stream into a new, empty output; or leave the table out of --table"
+    ))
+}
+
+/// Says what a resumed run does with tables added to, removed from or back in the stream.
+fn report_table_set(set: &table_set::TableSet, added_tables: AddedTables) {
+    if set.adopted {
+        tracing::warn!(
+            "the resume token records no table set (it was written by an earlier pgcdc): the configured tables are taken \
+             as the ones the output holds. A table added to the stream in this same run is therefore not copied: \
+             copy it with --resnapshot TABLE"
+        );
+    }
+    for table in &set.left {
+        tracing::warn!(%table, "the table left the stream: its changes are no longer delivered, and the output keeps its rows as of now; if it comes back, it is copied again");
+    }
+    for table in &set.added {
+        match added_tables {
+            AddedTables::Copy => {
+                tracing::info!(%table, "a table new to the stream: copying it online")
+            }
+            AddedTables::StreamOnly => {
+                tracing::warn!(%table, "a table new to the stream: not copied (snapshot mode never), only its changes from here on are delivered")
+            }
+        }
+    }
+    for table in &set.returned {
+        match added_tables {
+            AddedTables::Copy => {
+                tracing::warn!(%table, "the table is back in the stream: the output's copy misses its changes since it left, so it is truncated and copied again")
+            }
+            AddedTables::StreamOnly => {
+                tracing::warn!(%table, "the table is back in the stream, not copied again (snapshot mode never): the output misses its changes while it was out; copy it with --resnapshot TABLE")
+            }
+        }
+    }
 }
 
 /// Creates the slot with an exported snapshot and starts copying under it. `restarted`

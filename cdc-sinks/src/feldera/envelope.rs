@@ -302,6 +302,16 @@ impl FelderaEncoder {
             }
             self.envelope(idx, frame, Op::Delete, position, &row, |_| true)
         } else {
+            // A key column is never NULL: an old row without its value (a replica identity
+            // index that lacks the key) cannot name the row, and a delete by NULL would
+            // leave it downstream.
+            if let Some(&column) = p
+                .key
+                .iter()
+                .find(|&&k| matches!(old.values.get(k), Some(Value::Null) | None))
+            {
+                return Err(null_key(&p.schema, column, position));
+            }
             let is_key = p.is_key.clone();
             self.envelope(idx, frame, Op::Delete, position, &row, |i| {
                 is_key.get(i).copied().unwrap_or(false)
@@ -496,6 +506,17 @@ fn unchanged_error(op: Op, ctx: &ColumnCtx<'_>) -> Error {
         Op::Update => "the key value is missing (unchanged TOAST value and no old key)",
     };
     ctx.reject(why)
+}
+
+#[cold]
+fn null_key(schema: &TableSchema, column: usize, position: Position) -> Error {
+    let name = schema.columns.get(column).map_or("?", |c| c.name.as_str());
+    Error::rejected(format!(
+        "table {table}, position {position}: the old row carries no value for key column {name:?} \
+         (the table's replica identity does not include its primary key), so the row to delete or \
+         update cannot be named; ALTER TABLE {table} REPLICA IDENTITY DEFAULT (or FULL)",
+        table = schema.name
+    ))
 }
 
 #[cold]

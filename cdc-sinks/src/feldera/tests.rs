@@ -578,6 +578,36 @@ fn deletes_carry_the_key_or_the_full_row() {
     );
 }
 
+/// Issue 44, case 3: with a replica identity index that lacks the primary key, old rows
+/// hold NULL where the key is. No envelope names a row by a NULL key.
+#[test]
+fn an_old_row_without_its_key_value_is_rejected_not_deleted_by_null() {
+    let k = keyed();
+    for event in [
+        delete(
+            pos(16, 1),
+            &k,
+            old_key(vec![Value::Null, Value::Null, Value::Int4(5)]),
+        ),
+        update(
+            pos(16, 1),
+            &k,
+            old_key(vec![Value::Null, Value::Null, Value::Int4(5)]),
+            vec![Value::Int4(1), text("b"), Value::Int4(6)],
+        ),
+    ] {
+        let err = encode(std::slice::from_ref(&event)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Rejected);
+        let m = err.to_string();
+        assert!(
+            m.contains("public.k")
+                && m.contains("\"id\"")
+                && m.contains("REPLICA IDENTITY DEFAULT"),
+            "{m}"
+        );
+    }
+}
+
 #[test]
 fn truncate_policies() {
     let k = keyed();
