@@ -33,6 +33,7 @@
 //! asks it for the next chunk's start key and for the resume token's part.
 
 use std::cmp::Ordering;
+use std::collections::HashSet;
 
 use cdc_core::{ChangeEvent, Error, EventKind, Lsn, Row, SchemaRef, TableName, Value};
 
@@ -107,9 +108,14 @@ pub struct Backfill {
     tables: Vec<TableState>,
     /// The transaction whose events are being processed.
     current_xid: Option<u32>,
-    /// Transactions processed since the last chunk that touched a table being backfilled
-    /// (table index, xid): each must be visible in the next chunk's snapshot.
-    touched: Vec<(usize, u32)>,
+    /// Per table (by index): the transactions processed since its last chunk that touched
+    /// it; each must be visible in the table's next chunk's snapshot. A set, so a row
+    /// change costs the same however many transactions a table waiting its turn has
+    /// seen (memory: one entry per such transaction, until the table's next chunk).
+    touched: Vec<HashSet<u32>>,
+    /// The last (table, transaction) recorded in `touched`: the rows of one transaction
+    /// usually come together, and skip the set.
+    last_touched: Option<(usize, u32)>,
     /// End of the last transaction processed (or progress position reported).
     processed: Lsn,
 }
@@ -118,9 +124,10 @@ impl Backfill {
     /// A merge state for `tables` (none is done yet, or as restored from a token).
     pub fn new(tables: Vec<TableState>, processed: Lsn) -> Self {
         Backfill {
+            touched: vec![HashSet::new(); tables.len()],
             tables,
             current_xid: None,
-            touched: Vec::new(),
+            last_touched: None,
             processed,
         }
     }
@@ -171,11 +178,16 @@ impl Backfill {
     /// in `snapshot`: a chunk read under `snapshot` would miss their changes, which the
     /// stream already dropped. Empty means the chunk may be delivered now.
     pub fn invisible_before_anchor(&self, table: usize, snapshot: &XidSnapshot) -> Vec<u32> {
-        self.touched
+        let Some(touched) = self.touched.get(table) else {
+            return Vec::new();
+        };
+        let mut invisible: Vec<u32> = touched
             .iter()
-            .filter(|(t, xid)| *t == table && !snapshot.is_visible_xid32(*xid))
-            .map(|(_, xid)| *xid)
-            .collect()
+            .copied()
+            .filter(|&xid| !snapshot.is_visible_xid32(xid))
+            .collect();
+        invisible.sort_unstable();
+        invisible
     }
 
     /// Delivers a chunk of `table` read under `snapshot`: `rows` are the table's rows
@@ -258,7 +270,12 @@ impl Backfill {
         }
         // Transactions before this anchor are visible in `snapshot`, and so in every later
         // chunk's: they need no further check.
-        self.touched.retain(|(t, _)| *t != table);
+        if let Some(touched) = self.touched.get_mut(table) {
+            touched.clear();
+        }
+        if self.last_touched.is_some_and(|(t, _)| t == table) {
+            self.last_touched = None;
+        }
         Ok(())
     }
 
@@ -394,8 +411,11 @@ impl Backfill {
         let xid = self.current_xid.ok_or_else(|| {
             Error::protocol("internal: a row change outside a transaction during a backfill")
         })?;
-        if !self.touched.contains(&(index, xid)) {
-            self.touched.push((index, xid));
+        if self.last_touched != Some((index, xid)) {
+            if let Some(touched) = self.touched.get_mut(index) {
+                touched.insert(xid);
+            }
+            self.last_touched = Some((index, xid));
         }
         let key = key_of(&state.key_columns, row)?;
         let covered = match &state.frontier {

@@ -388,3 +388,127 @@ fn a_truncate_restarts_the_backfill() {
     assert_eq!(backfill.tables()[0].frontier, Frontier::NotStarted);
     assert!(backfill.tables()[0].windows.is_empty());
 }
+
+fn begin(lsn: u64, xid: u32) -> ChangeEvent {
+    ChangeEvent {
+        position: Position::new(Lsn(lsn), 0),
+        kind: EventKind::Begin(TxBegin {
+            final_lsn: Lsn(lsn),
+            commit_time_micros: 0,
+            xid,
+        }),
+    }
+}
+
+/// A copied table (done, no window open) is the merge's no longer: its TRUNCATE is an
+/// ordinary change that starts nothing over (the token must not say it is undone), and a
+/// change without an old key (REPLICA IDENTITY NOTHING) passes through for the sink to
+/// judge, as with no backfill at all.
+#[test]
+fn a_done_table_passes_through_untouched() {
+    let schema = schema();
+    let mut done = state();
+    done.frontier = Frontier::Done;
+    done.chunks = 3;
+    done.rows = 30;
+    let mut backfill = Backfill::new(vec![done], Lsn(100));
+    assert!(!backfill.truncate_restarts(0));
+    backfill.on_event(begin(200, 9)).expect("begin");
+    let delete = ChangeEvent {
+        position: Position::new(Lsn(200), 1),
+        kind: EventKind::Delete {
+            table: schema.clone(),
+            old: None,
+        },
+    };
+    assert!(backfill.on_event(delete).expect("delete").is_some());
+    let truncate = ChangeEvent {
+        position: Position::new(Lsn(200), 2),
+        kind: EventKind::Truncate {
+            tables: vec![schema],
+            cascade: false,
+            restart_identity: false,
+        },
+    };
+    assert!(backfill.on_event(truncate).expect("truncate").is_some());
+    assert_eq!(backfill.tables()[0].frontier, Frontier::Done);
+    assert_eq!(backfill.tables()[0].chunks, 3);
+}
+
+/// A copy started over at an anchor counts its chunks and rows anew (issue 44, case 7).
+#[test]
+fn a_restart_at_the_anchor_counts_the_new_copy_from_zero() {
+    let mut backfill = Backfill::new(vec![state()], Lsn(100));
+    let snapshot = XidSnapshot::new(5, 5, Vec::new()).expect("snapshot");
+    let rows = vec![vec![Value::Int8(1), Value::Int8(1)]];
+    backfill
+        .deliver_chunk(0, snapshot, Lsn(150), &rows, true)
+        .expect("chunk");
+    assert_eq!(
+        (backfill.tables()[0].chunks, backfill.tables()[0].rows),
+        (1, 1)
+    );
+    backfill.restart_table_at_anchor(0);
+    let state = &backfill.tables()[0];
+    assert_eq!((state.chunks, state.rows), (0, 0));
+    assert_eq!(state.frontier, Frontier::NotStarted);
+}
+
+/// Every transaction that touched a table since its last chunk is checked against the
+/// next chunk's snapshot, however many there are and whatever their order; a chunk of
+/// the table clears them, and another table's chunk does not.
+#[test]
+fn transactions_passed_before_the_anchor_are_kept_per_table_until_its_chunk() {
+    let schema = schema();
+    let mut other = state();
+    other.table = TableName::new("public", "other");
+    let mut backfill = Backfill::new(vec![state(), other], Lsn(100));
+    let row = |key: i64| vec![Value::Int8(key), Value::Int8(0)];
+    let mut lsn = 200;
+    for xid in (1000..1100u32).rev() {
+        backfill.on_event(begin(lsn, xid)).expect("begin");
+        for key in [1, 2] {
+            let insert = ChangeEvent {
+                position: Position::new(Lsn(lsn), u64::try_from(key).expect("small")),
+                kind: EventKind::Insert {
+                    table: schema.clone(),
+                    new: row(key),
+                },
+            };
+            assert!(
+                backfill.on_event(insert).expect("insert").is_none(),
+                "beyond the frontier"
+            );
+        }
+        let commit = ChangeEvent {
+            position: Position::new(Lsn(lsn), 3),
+            kind: EventKind::Commit(TxCommit {
+                commit_lsn: Lsn(lsn),
+                end_lsn: Lsn(lsn + 8),
+                commit_time_micros: 0,
+            }),
+        };
+        backfill.on_event(commit).expect("commit");
+        lsn += 10;
+    }
+    // A snapshot taken while 1050 and 1070 still ran sees neither.
+    let older = XidSnapshot::new(1050, 1100, vec![1050, 1070]).expect("snapshot");
+    assert_eq!(
+        backfill.invisible_before_anchor(0, &older),
+        vec![1050, 1070]
+    );
+    assert!(backfill.invisible_before_anchor(1, &older).is_empty());
+    let newer = XidSnapshot::new(1100, 1100, Vec::new()).expect("snapshot");
+    assert!(backfill.invisible_before_anchor(0, &newer).is_empty());
+    backfill
+        .deliver_chunk(1, newer.clone(), Lsn(lsn), &[], true)
+        .expect("other table's chunk");
+    assert_eq!(
+        backfill.invisible_before_anchor(0, &older),
+        vec![1050, 1070]
+    );
+    backfill
+        .deliver_chunk(0, newer, Lsn(lsn), &[row(1)], false)
+        .expect("chunk");
+    assert!(backfill.invisible_before_anchor(0, &older).is_empty());
+}
