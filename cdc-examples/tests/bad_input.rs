@@ -130,14 +130,21 @@ async fn wrong_password_and_missing_publication_are_configuration_errors() {
         line.contains("\"nosuch\" does not exist") && line.contains("CREATE PUBLICATION"),
         "{line}"
     );
-    // Nothing was created in the source.
+    assert_eq!(
+        slot_count(&cluster).await,
+        0,
+        "nothing was created in the source"
+    );
+}
+
+/// How many replication slots `cluster` has.
+async fn slot_count(cluster: &Cluster) -> i64 {
     let client = cluster.connect("postgres").await.unwrap();
-    let slots: i64 = client
+    client
         .query_one("SELECT count(*) FROM pg_replication_slots", &[])
         .await
         .unwrap()
-        .get(0);
-    assert_eq!(slots, 0);
+        .get(0)
 }
 
 /// Every duration, rate and size flag is checked against its range by the command line
@@ -237,13 +244,11 @@ async fn a_replica_identity_index_without_the_primary_key_is_refused_up_front() 
         !stderr.contains("public.fine has"),
         "an index holding the key is fine:\n{stderr}"
     );
-    let client = cluster.connect("postgres").await.unwrap();
-    let slots: i64 = client
-        .query_one("SELECT count(*) FROM pg_replication_slots", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(slots, 0, "nothing was created in the source");
+    assert_eq!(
+        slot_count(&cluster).await,
+        0,
+        "nothing was created in the source"
+    );
     let written = std::fs::read_dir(&out_dir).map_or(0, |d| {
         d.filter_map(Result::ok)
             .filter(|e| e.metadata().is_ok_and(|m| m.len() > 0 && m.is_file()))

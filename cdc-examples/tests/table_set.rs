@@ -69,7 +69,8 @@ async fn run_to_end(
 }
 
 /// Table `public.b` as the multiplexed output says, applied as a strict multiset: an
-/// insert of an id it holds, a delete of one it lacks, are failures.
+/// insert of an id it holds, an update or delete of one it lacks, a row named without
+/// its key, are failures.
 fn replay_b(path: &Path) -> BTreeMap<i64, String> {
     let mut rows = BTreeMap::new();
     let text = std::fs::read_to_string(path).unwrap();
@@ -87,6 +88,16 @@ fn replay_b(path: &Path) -> BTreeMap<i64, String> {
                 rows.insert(id, v).is_none(),
                 "line {n}: second insert of {id}"
             );
+        } else if let Some(row) = record.get("update") {
+            let id = row["id"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("line {n}: update by {row}"));
+            let held = rows
+                .get_mut(&id)
+                .unwrap_or_else(|| panic!("line {n}: update of absent {id}"));
+            if let Some(v) = row.get("v") {
+                *held = v.as_str().unwrap().to_owned();
+            }
         } else if let Some(row) = record.get("delete") {
             let id = row["id"]
                 .as_i64()
@@ -152,6 +163,15 @@ async fn a_table_removed_and_added_back_is_copied_anew_or_refused() {
     assert!(output.status.success(), "{stderr}");
     assert!(stderr.contains("back in the stream"), "says so: {stderr}");
     let changes = applies.join("changes.json");
+    assert_eq!(replay_b(&changes), select_b(&cluster).await);
+    // Its changes after the new copy apply to it (updates and deletes of rows it holds).
+    write(&cluster, 5).await;
+    let output = run_to_end(&cluster, &applies, &both, &marker).await;
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert_eq!(replay_b(&changes), select_b(&cluster).await);
 
     // The default output (per-table files, TRUNCATE refused): the rerun that adds b back

@@ -299,7 +299,7 @@ impl Backfill {
                 _ => EventKind::Insert { table, new },
             },
             EventKind::Delete { table, old } => {
-                let Some(index) = self.index_of(&table) else {
+                let Some(index) = self.merging_index(&table.name) else {
                     return Ok(Some(ChangeEvent {
                         position,
                         kind: EventKind::Delete { table, old },
@@ -314,7 +314,7 @@ impl Backfill {
                 }
             }
             EventKind::Update { table, old, new } => {
-                let Some(index) = self.index_of(&table) else {
+                let Some(index) = self.merging_index(&table.name) else {
                     return Ok(Some(ChangeEvent {
                         position,
                         kind: EventKind::Update { table, old, new },
@@ -339,9 +339,12 @@ impl Backfill {
                 cascade,
                 restart_identity,
             } => {
+                // A TRUNCATE empties the sink's copy of a table being backfilled: its
+                // chunks start over (windows of chunks read before it no longer describe
+                // what the sink holds). A done table's is an ordinary change.
                 for table in &tables {
-                    if let Some(index) = self.index_of(table) {
-                        self.restart_table(index);
+                    if let Some(index) = self.merging_index(&table.name) {
+                        self.restart_table_at_anchor(index);
                     }
                 }
                 EventKind::Truncate {
@@ -353,23 +356,6 @@ impl Backfill {
             other => other,
         };
         Ok(Some(ChangeEvent { position, kind }))
-    }
-
-    /// Whether a TRUNCATE of table `index` starts its backfill over: it does while the
-    /// table is being backfilled (not done, or a window still open); a done table's
-    /// TRUNCATE is an ordinary change.
-    pub fn truncate_restarts(&self, index: usize) -> bool {
-        self.tables
-            .get(index)
-            .is_some_and(|t| t.frontier != Frontier::Done || !t.windows.is_empty())
-    }
-
-    /// A TRUNCATE empties the sink's copy of a table being backfilled: its chunks start
-    /// over (windows of chunks read before it no longer describe what the sink holds).
-    fn restart_table(&mut self, index: usize) {
-        if self.truncate_restarts(index) {
-            self.restart_table_at_anchor(index);
-        }
     }
 
     /// Starts table `index`'s backfill over from its first row, whatever its state (the
@@ -386,15 +372,16 @@ impl Backfill {
     }
 
     /// The index of `table` while the merge still decides its changes (not done, or a
-    /// window still open); `None` for a table the merge passes through untouched.
-    fn index_of(&self, table: &SchemaRef) -> Option<usize> {
+    /// window still open; a TRUNCATE of it then starts its copy over); `None` for a
+    /// table the merge passes through untouched.
+    pub fn merging_index(&self, table: &TableName) -> Option<usize> {
         self.tables.iter().position(|t| {
-            t.table == table.name && (t.frontier != Frontier::Done || !t.windows.is_empty())
+            t.table == *table && (t.frontier != Frontier::Done || !t.windows.is_empty())
         })
     }
 
     fn decide_row(&mut self, table: &SchemaRef, row: &Row) -> Result<Option<Side>, Error> {
-        match self.index_of(table) {
+        match self.merging_index(&table.name) {
             Some(index) => self.decide(index, row).map(Some),
             None => Ok(None),
         }
@@ -402,12 +389,10 @@ impl Backfill {
 
     /// Rules 1–3 of the module documentation for the row `row` of table `index`.
     fn decide(&mut self, index: usize, row: &Row) -> Result<Side, Error> {
+        // Only tables the merge still decides come here (`merging_index`).
         let Some(state) = self.tables.get(index) else {
             return Ok(Side::Deliver);
         };
-        if state.frontier == Frontier::Done && state.windows.is_empty() {
-            return Ok(Side::Deliver);
-        }
         let xid = self.current_xid.ok_or_else(|| {
             Error::protocol("internal: a row change outside a transaction during a backfill")
         })?;

@@ -151,31 +151,30 @@ impl BackfillPhase {
                     .windows
                     .iter()
                     .any(|w| w.after.is_some() || w.upto.is_some());
-            let (frontier, windows) = if entry.removed {
+            // Whether the sink's copy is replaced: a TRUNCATE of it, then a new copy.
+            let recopy = if entry.removed {
                 // Back in the stream after a run without it: the sink's copy is stale (its
-                // changes meanwhile are missing), so it is copied anew after a TRUNCATE of
-                // it. The token keeps it `removed` until that TRUNCATE is covered.
+                // changes meanwhile are missing). The token keeps it `removed` until that
+                // TRUNCATE is covered.
                 tracing::info!(table = %entry.table, "copying the table again: it is back in the stream after a run without it");
-                truncate_first.push(states.len());
-                (Frontier::NotStarted, Vec::new())
+                true
             } else if whole && keyed_progress {
                 // Copied by key before (an earlier version ordered this key itself): the
-                // token's ranges mean nothing to a whole-table read, so the table is
-                // copied again, after a TRUNCATE of it.
+                // token's ranges mean nothing to a whole-table read.
                 tracing::warn!(table = %entry.table, "copying the table again: its copy was made in key order, which this run cannot reproduce");
+                true
+            } else {
+                // Read whole, begun but not completed: the sink holds part of it and
+                // there is no key to continue from.
+                whole && !entry.done && (entry.chunks > 0 || entry.rows > 0)
+            };
+            let (frontier, windows) = if recopy {
                 truncate_first.push(states.len());
                 (Frontier::NotStarted, Vec::new())
             } else {
-                if whole && !entry.done && (entry.chunks > 0 || entry.rows > 0) {
-                    // Its copy began but did not complete: the sink holds part of it and
-                    // there is no key to continue from, so it is copied again after a
-                    // TRUNCATE of it.
-                    truncate_first.push(states.len());
-                }
                 restored_frontier_and_windows(table, &entry, processed)?
             };
             // A copy that starts over is counted anew (its `TableStarted` comes again).
-            let recopy = truncate_first.last() == Some(&states.len());
             states.push(TableState {
                 table: entry.table.clone(),
                 key_columns,
@@ -275,7 +274,7 @@ impl BackfillPhase {
         BackfillProgress {
             tables: tables
                 .iter()
-                .map(|t| super::table_set::entry(&t.schema.name, done))
+                .map(|t| super::table_set::new_entry(&t.schema.name, done))
                 .collect(),
         }
     }
@@ -349,13 +348,7 @@ impl BackfillPhase {
             for table in tables {
                 // Only a TRUNCATE that starts the table's copy over changes the token's
                 // view of it; a done table's is an ordinary change.
-                if let Some(index) = self
-                    .merge
-                    .tables()
-                    .iter()
-                    .position(|t| t.table == table.name)
-                    && self.merge.truncate_restarts(index)
-                {
+                if let Some(index) = self.merge.merging_index(&table.name) {
                     self.progress.push(Step::Restart {
                         table: index,
                         at: event.position,

@@ -256,8 +256,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                 if !online {
                     // snapshot = never: the tokens record the table set, none of it to copy.
                     source.backfill_progress = Some(BackfillPhase::all_done(&source.tables));
-                }
-                if online {
+                } else {
                     if resume.is_some() {
                         // The sink holds part of an interrupted snapshot (the consistent
                         // mode's, when the mode changed between runs): it drops it first,

@@ -49,7 +49,7 @@ pub(super) fn resume(
 ) -> TableSet {
     let adopted = recorded.is_none();
     let recorded = recorded.unwrap_or_else(|| BackfillProgress {
-        tables: configured.iter().map(|t| entry(t, true)).collect(),
+        tables: configured.iter().map(|t| new_entry(t, true)).collect(),
     });
     let mut set = TableSet {
         progress: BackfillProgress::default(),
@@ -64,7 +64,7 @@ pub(super) fn resume(
                 set.returned.push(entry.table.clone());
                 if added_tables == AddedTables::StreamOnly {
                     // Streamed on as it is: nothing to copy, and no copy to continue.
-                    entry = self::entry(&entry.table, true);
+                    entry = new_entry(&entry.table, true);
                 }
                 // Otherwise the entry stays `removed` until the TRUNCATE that starts its
                 // new copy is covered by a token: a restart before that truncates again.
@@ -82,14 +82,14 @@ pub(super) fn resume(
             set.added.push(table.clone());
             set.progress
                 .tables
-                .push(entry(table, added_tables == AddedTables::StreamOnly));
+                .push(new_entry(table, added_tables == AddedTables::StreamOnly));
         }
     }
     set
 }
 
 /// A table's entry before anything of it was copied (`done`: nothing is to be).
-pub(super) fn entry(table: &TableName, done: bool) -> TableBackfill {
+pub(super) fn new_entry(table: &TableName, done: bool) -> TableBackfill {
     TableBackfill {
         table: table.clone(),
         done,
@@ -115,7 +115,7 @@ mod tests {
         TableBackfill {
             rows: 10,
             chunks: 2,
-            ..entry(&name(n), true)
+            ..new_entry(&name(n), true)
         }
     }
 
@@ -131,7 +131,7 @@ mod tests {
                 snapshot: "10:12:11".into(),
                 until: Lsn(100),
             }],
-            ..entry(&name(n), false)
+            ..new_entry(&name(n), false)
         }
     }
 
@@ -193,7 +193,7 @@ mod tests {
             AddedTables::StreamOnly,
         );
         assert_eq!(never.returned, vec![name("b")]);
-        assert_eq!(never.progress.tables[1], entry(&name("b"), true));
+        assert_eq!(never.progress.tables[1], new_entry(&name("b"), true));
     }
 
     #[test]
@@ -204,13 +204,13 @@ mod tests {
             AddedTables::Copy,
         );
         assert_eq!(copy.added, vec![name("c")]);
-        assert_eq!(copy.progress.tables[1], entry(&name("c"), false));
+        assert_eq!(copy.progress.tables[1], new_entry(&name("c"), false));
         let never = resume(
             recorded(vec![copied("a")]),
             &[name("a"), name("c")],
             AddedTables::StreamOnly,
         );
-        assert_eq!(never.progress.tables[1], entry(&name("c"), true));
+        assert_eq!(never.progress.tables[1], new_entry(&name("c"), true));
     }
 
     #[test]
