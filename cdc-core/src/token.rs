@@ -48,6 +48,14 @@ pub struct BackfillProgress {
     /// completed table is never copied again, a table added since is copied alone, and a
     /// table that comes back is copied anew.
     pub tables: Vec<TableBackfill>,
+    /// Transactions (32-bit ids) the stream passed that touched a table still being
+    /// copied, which no snapshot read since has shown: each table's next chunk must show
+    /// them. A restarted run's stream starts after them, so only this list says that a
+    /// commit the earlier run passed may not be visible yet (its backend still waiting,
+    /// e.g. for a synchronous standby). Usually empty or short: every chunk read prunes
+    /// it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unshown_xids: Vec<u32>,
 }
 
 /// One table's online snapshot progress.
@@ -277,6 +285,7 @@ mod tests {
                     until: Lsn(0x1_0000_0000),
                 }],
             }],
+            unshown_xids: vec![4_294_967_000, 7],
         });
         let json = token.to_json();
         assert!(json.contains("\"version\":2"), "{json}");

@@ -250,7 +250,10 @@ async fn wait_for_slot(cluster: &Cluster, running: &mut Running) {
         if active == 1 {
             return;
         }
-        assert!(!running.task.is_finished(), "the pipeline stopped");
+        if running.task.is_finished() {
+            let result = (&mut running.task).await.expect("pipeline task panicked");
+            panic!("the pipeline stopped: {result:?}");
+        }
         assert!(std::time::Instant::now() < deadline, "no active slot");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

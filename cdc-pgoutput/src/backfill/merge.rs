@@ -77,7 +77,7 @@ pub struct Window {
 }
 
 /// One table's backfill.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct TableState {
     /// The table.
     pub table: TableName,
@@ -109,9 +109,9 @@ pub struct Backfill {
     /// The transaction whose events are being processed.
     current_xid: Option<u32>,
     /// Per table (by index): the transactions processed since its last chunk that touched
-    /// it; each must be visible in the table's next chunk's snapshot. A set, so a row
-    /// change costs the same however many transactions a table waiting its turn has
-    /// seen (memory: one entry per such transaction, until the table's next chunk).
+    /// it, and that no snapshot observed since showed ([`Self::observe`]); each must be
+    /// visible in the table's next chunk's snapshot. A set, so a row change costs the
+    /// same however many there are.
     touched: Vec<HashSet<u32>>,
     /// The last (table, transaction) recorded in `touched`: the rows of one transaction
     /// usually come together, and skip the set.
@@ -130,6 +130,46 @@ impl Backfill {
             last_touched: None,
             processed,
         }
+    }
+
+    /// The merge continues an earlier session (a restart from a resume token, or a
+    /// reconnect) whose stream passed `xids` without a snapshot showing them yet: every
+    /// table's next chunk must show them, as if this session had passed them. The new
+    /// session's stream starts after them, so without this a commit the earlier session
+    /// saw but that is not yet visible (its backend still waiting, e.g. for a synchronous
+    /// standby) would be missing from the next chunk for good. Which table each touched
+    /// is not kept: every table's next chunk waits for all of them.
+    pub fn with_unshown(mut self, xids: &[u32]) -> Self {
+        for touched in &mut self.touched {
+            touched.extend(xids.iter().copied());
+        }
+        self
+    }
+
+    /// The transactions the stream passed that a table's next chunk must still show (no
+    /// snapshot observed since has), sorted: what [`Self::with_unshown`] takes after a
+    /// restart.
+    pub fn unshown(&self) -> Vec<u32> {
+        let mut xids: Vec<u32> = self.touched.iter().flatten().copied().collect();
+        xids.sort_unstable();
+        xids.dedup();
+        xids
+    }
+
+    /// A snapshot the server gave since the last checks (a chunk read's, whether its
+    /// chunk was placed or not): transactions it shows are visible to every snapshot taken
+    /// after it, so no later chunk needs checking for them. Keeps the record of passed
+    /// transactions to those committed since the last read, however long a table waits
+    /// for its turn.
+    ///
+    /// Only for snapshots taken before every snapshot checked from now on: a snapshot
+    /// observed too early would excuse a read whose own, older snapshot misses a
+    /// transaction. The source observes a round's snapshots once all of them were checked.
+    pub fn observe(&mut self, snapshot: &XidSnapshot) {
+        for touched in &mut self.touched {
+            touched.retain(|&xid| !snapshot.is_visible_xid32(xid));
+        }
+        self.last_touched = None;
     }
 
     /// The tables and their state.

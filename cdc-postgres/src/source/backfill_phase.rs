@@ -111,6 +111,7 @@ impl BackfillPhase {
         after: Option<Position>,
         options: BackfillOptions,
     ) -> Result<Self> {
+        let unshown = progress.unshown_xids;
         let mut states = Vec::new();
         let mut catalog = Vec::new();
         let mut covered = BackfillProgress::default();
@@ -201,7 +202,9 @@ impl BackfillPhase {
             _ => processed,
         };
         Ok(BackfillPhase {
-            merge: Backfill::new(states, processed),
+            // Transactions an earlier session passed that no snapshot has shown yet: every
+            // table's next chunk must show them (this session's stream starts after them).
+            merge: Backfill::new(states, processed).with_unshown(&unshown),
             catalog,
             tables: catalog_tables,
             options,
@@ -234,10 +237,13 @@ impl BackfillPhase {
         start: Lsn,
         after: Option<Position>,
     ) -> Result<Self> {
-        let progress = match covered {
+        let mut progress = match covered {
             Some(progress) => progress,
             None => Self::fresh_progress(&self.tables),
         };
+        // What this session passed that no snapshot has shown yet (live, which may name
+        // more than the handed-out batches cover: only ever more careful).
+        progress.unshown_xids = self.merge.unshown();
         let mut phase = Self::new(
             self.tables.clone(),
             progress,
@@ -276,6 +282,7 @@ impl BackfillPhase {
                 .iter()
                 .map(|t| super::table_set::new_entry(&t.schema.name, done))
                 .collect(),
+            unshown_xids: Vec::new(),
         }
     }
 
@@ -339,7 +346,11 @@ impl BackfillPhase {
         commit_end: Option<Lsn>,
         last_event: Option<&ChangeEvent>,
     ) -> Option<BackfillProgress> {
-        self.progress.progress_for(last, commit_end, last_event)
+        let mut progress = self.progress.progress_for(last, commit_end, last_event)?;
+        // The live list, which may name transactions after the token's: only ever more
+        // careful (a transaction a snapshot showed stays visible to later ones).
+        progress.unshown_xids = self.merge.unshown();
+        Some(progress)
     }
 
     /// Passes one streamed event through the merge: `Some` to deliver.

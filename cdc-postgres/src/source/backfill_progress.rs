@@ -324,6 +324,7 @@ mod tests {
                 rows: 0,
                 windows: Vec::new(),
             }],
+            unshown_xids: Vec::new(),
         });
         progress.push(Step::Chunk(ChunkRecord {
             table: 0,

@@ -50,9 +50,13 @@ pub(super) fn resume(
     let adopted = recorded.is_none();
     let recorded = recorded.unwrap_or_else(|| BackfillProgress {
         tables: configured.iter().map(|t| new_entry(t, true)).collect(),
+        unshown_xids: Vec::new(),
     });
     let mut set = TableSet {
-        progress: BackfillProgress::default(),
+        progress: BackfillProgress {
+            tables: Vec::new(),
+            unshown_xids: recorded.unshown_xids,
+        },
         adopted,
         added: Vec::new(),
         returned: Vec::new(),
@@ -136,7 +140,10 @@ mod tests {
     }
 
     fn recorded(tables: Vec<TableBackfill>) -> Option<BackfillProgress> {
-        Some(BackfillProgress { tables })
+        Some(BackfillProgress {
+            tables,
+            unshown_xids: Vec::new(),
+        })
     }
 
     #[test]

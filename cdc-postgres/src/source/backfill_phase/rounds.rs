@@ -311,6 +311,8 @@ impl BackfillPhase {
         let mut retry = false;
         let mut failed_connection = false;
         let mut missed = false;
+        // The round's snapshots, observed once every read of the round was checked.
+        let mut seen = Vec::new();
         // Each table's chunks in key order; a chunk is placed only if every one before it
         // in the round was (they continue one another).
         let mut results = results.into_iter().peekable();
@@ -355,11 +357,14 @@ impl BackfillPhase {
                 }
                 // Checked for every chunk before any is placed: placing one clears the
                 // table's record of what the stream passed before the anchor.
-                let Some(snapshot) = self.snapshot_showing_the_past(index, &read.snapshot)? else {
+                let (snapshot, shows_the_past) =
+                    self.snapshot_showing_the_past(index, &read.snapshot)?;
+                seen.push(snapshot.clone());
+                if !shows_the_past {
                     retry = true;
                     missed = true;
                     break;
-                };
+                }
                 // A chunk cut short at its cap ends the table's share of this round: the
                 // chunks after it do not continue it (the next round reads on from it).
                 let last = read.complete || read.cut_short;
@@ -374,6 +379,11 @@ impl BackfillPhase {
                 self.place(&request, read, snapshot, out)?;
             }
         }
+        // Every later check is of a snapshot taken after these (the next round starts
+        // after this one was placed).
+        for snapshot in &seen {
+            self.merge.observe(snapshot);
+        }
         if failed_connection {
             self.readers.clear();
             self.planner = None;
@@ -383,27 +393,27 @@ impl BackfillPhase {
         Ok(())
     }
 
-    /// The snapshot `text` of a read of table `index`, if it shows every transaction
-    /// that touched the table and that the stream passed before the anchor (`None`: the
-    /// read misses one — e.g. a commit still waiting for a synchronous standby — and is
-    /// to be read again).
+    /// The snapshot `text` of a read of table `index`, and whether it shows every
+    /// transaction that touched the table and that the stream passed before the anchor
+    /// (in this session, or an earlier one: `Backfill::with_unshown`). When it does not
+    /// — e.g. a commit still waiting for a synchronous standby — the read is to be taken
+    /// again.
     pub(super) fn snapshot_showing_the_past(
         &self,
         index: usize,
         text: &str,
-    ) -> Result<Option<XidSnapshot>> {
+    ) -> Result<(XidSnapshot, bool)> {
         let snapshot = XidSnapshot::parse(text).map_err(|e| {
             Error::protocol(format!("the server returned a malformed snapshot: {e}"))
         })?;
         let invisible = self.merge.invisible_before_anchor(index, &snapshot);
-        if invisible.is_empty() {
-            return Ok(Some(snapshot));
+        if !invisible.is_empty() {
+            tracing::debug!(
+                ?invisible,
+                "a snapshot does not yet show transactions the stream passed; reading again"
+            );
         }
-        tracing::debug!(
-            ?invisible,
-            "a snapshot does not yet show transactions the stream passed; reading again"
-        );
-        Ok(None)
+        Ok((snapshot, invisible.is_empty()))
     }
 
     /// Reads the next chunks with the stream paused, and places those whose snapshot saw

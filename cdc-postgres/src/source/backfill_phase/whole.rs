@@ -98,11 +98,14 @@ impl BackfillPhase {
             }
             Err(e) => return Err(e),
         };
-        let Some(snapshot) = self.snapshot_showing_the_past(index, &start.snapshot)? else {
+        let (snapshot, shows_the_past) = self.snapshot_showing_the_past(index, &start.snapshot)?;
+        // No other read is in flight, and every later one starts after this one.
+        self.merge.observe(&snapshot);
+        if !shows_the_past {
             // Dropping the read ends its connection and so its transaction.
             self.not_before = Some(Instant::now() + RETRY_DELAY);
             return Ok(());
-        };
+        }
         let first = self
             .merge
             .tables()
