@@ -1,7 +1,14 @@
 //! The online snapshot under faults against a real cluster: the consumer crashes, the
-//! walsender is terminated or the server killed with `kill -9` at points proptest chooses,
-//! and every restart continues the snapshot; the sink ends equal to `SELECT *`, with no
-//! position applied twice and at most restarts × readers × chunk size rows read again.
+//! walsender is terminated, the chunk readers' connections are terminated or the server
+//! killed with `kill -9` at points proptest chooses, and every restart continues the
+//! snapshot; the sink ends equal to `SELECT *`, with no position applied twice and at most
+//! restarts × readers × chunk size rows read again — asserted after every run.
+//!
+//! How many: `PGCDC_FAULT_RUNS` runs of 4 or 5 faults each (default 8: at least 32 faults
+//! per suite run), plus a run with every kind of fault in turn (the server's `kill -9`
+//! among them, so every suite run has one) and the regressions below. Set it to hundreds
+//! for a long soak: `PGCDC_FAULT_RUNS=200 cargo test -p cdc-postgres --test
+//! source_online_snapshot_faults`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,13 +21,24 @@ use cdc_testkit::Cluster;
 use support::online::*;
 use support::*;
 
-/// One fault during an online snapshot: the consumer crashes (its unsaved state lost), the
-/// walsender is terminated, or the server is killed with `kill -9`.
+/// One fault during an online snapshot: the consumer crashes (its unsaved state lost, as
+/// by SIGKILL), the walsender is terminated, the connections reading chunks (every
+/// client session but the test's own) are terminated, or the server is killed with
+/// `kill -9`.
 #[derive(Clone, Copy, Debug)]
 enum Fault {
     ConsumerCrash,
     WalsenderKilled,
+    ReadersKilled,
     ServerKilled,
+}
+
+/// Runs of the randomized fault test (`PGCDC_FAULT_RUNS`, default 8).
+fn fault_runs() -> u32 {
+    std::env::var("PGCDC_FAULT_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8)
 }
 
 async fn online_snapshot_with_faults(faults: &[(Fault, u64)]) {
@@ -59,6 +77,22 @@ async fn online_snapshot_with_faults(faults: &[(Fault, u64)]) {
             Fault::WalsenderKilled => {
                 cluster.terminate_walsenders().await.unwrap();
                 tokio::time::sleep(Duration::from_millis(200)).await;
+                running.stop().await;
+                restarts += 1;
+            }
+            Fault::ReadersKilled => {
+                // The source reads again what the lost connections were reading, on new
+                // ones, and goes on; then it stops as after any run.
+                // A connection of its own: the writer's may have died with a killed server.
+                let admin = cluster.connect("postgres").await.unwrap();
+                admin
+                    .batch_execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                         WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+                    )
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(300)).await;
                 running.stop().await;
                 restarts += 1;
             }
@@ -102,6 +136,7 @@ fn fault() -> impl proptest::strategy::Strategy<Value = (Fault, u64)> {
         prop_oneof![
             3 => Just(Fault::ConsumerCrash),
             1 => Just(Fault::WalsenderKilled),
+            1 => Just(Fault::ReadersKilled),
             1 => Just(Fault::ServerKilled),
         ],
         0u64..1500,
@@ -110,7 +145,7 @@ fn fault() -> impl proptest::strategy::Strategy<Value = (Fault, u64)> {
 
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig {
-        cases: 4,
+        cases: fault_runs(),
         failure_persistence: None,
         ..proptest::prelude::ProptestConfig::default()
     })]
@@ -119,7 +154,7 @@ proptest::proptest! {
     /// restart continues the snapshot, and the sink ends equal to the tables.
     #[test]
     fn online_snapshot_recovers_from_faults_at_random_points(
-        faults in proptest::collection::vec(fault(), 1..4)
+        faults in proptest::collection::vec(fault(), 4..6)
     ) {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -128,6 +163,19 @@ proptest::proptest! {
             .unwrap();
         runtime.block_on(online_snapshot_with_faults(&faults));
     }
+}
+
+/// Every kind of fault in one run, the server's `kill -9` among them, so that every run
+/// of the suite has each, whatever proptest chooses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_fault_in_turn() {
+    online_snapshot_with_faults(&[
+        (Fault::ReadersKilled, 150),
+        (Fault::ServerKilled, 300),
+        (Fault::WalsenderKilled, 200),
+        (Fault::ConsumerCrash, 400),
+    ])
+    .await;
 }
 
 /// Regressions found by the test above: a consumer crash right after chunks were placed
