@@ -435,6 +435,40 @@ fn a_truncate_restarts_the_backfill() {
     assert!(backfill.tables()[0].windows.is_empty());
 }
 
+/// Streams transaction `xid`, committed at `lsn`, inserting rows with `keys` beyond the
+/// frontier of table 0: the merge drops them and records the transaction.
+fn pass_inserts_beyond_the_frontier(
+    backfill: &mut Backfill,
+    schema: &SchemaRef,
+    lsn: u64,
+    xid: u32,
+    keys: &[i64],
+) {
+    backfill.on_event(begin(lsn, xid)).expect("begin");
+    for (ordinal, &key) in (1u64..).zip(keys) {
+        let insert = ChangeEvent {
+            position: Position::new(Lsn(lsn), ordinal),
+            kind: EventKind::Insert {
+                table: schema.clone(),
+                new: vec![Value::Int8(key), Value::Int8(0)],
+            },
+        };
+        assert!(
+            backfill.on_event(insert).expect("insert").is_none(),
+            "beyond the frontier"
+        );
+    }
+    let commit = ChangeEvent {
+        position: Position::new(Lsn(lsn), keys.len() as u64 + 1),
+        kind: EventKind::Commit(TxCommit {
+            commit_lsn: Lsn(lsn),
+            end_lsn: Lsn(lsn + 8),
+            commit_time_micros: 0,
+        }),
+    };
+    backfill.on_event(commit).expect("commit");
+}
+
 fn begin(lsn: u64, xid: u32) -> ChangeEvent {
     ChangeEvent {
         position: Position::new(Lsn(lsn), 0),
@@ -512,29 +546,7 @@ fn transactions_passed_before_the_anchor_are_kept_per_table_until_its_chunk() {
     let row = |key: i64| vec![Value::Int8(key), Value::Int8(0)];
     let mut lsn = 200;
     for xid in (1000..1100u32).rev() {
-        backfill.on_event(begin(lsn, xid)).expect("begin");
-        for key in [1, 2] {
-            let insert = ChangeEvent {
-                position: Position::new(Lsn(lsn), u64::try_from(key).expect("small")),
-                kind: EventKind::Insert {
-                    table: schema.clone(),
-                    new: row(key),
-                },
-            };
-            assert!(
-                backfill.on_event(insert).expect("insert").is_none(),
-                "beyond the frontier"
-            );
-        }
-        let commit = ChangeEvent {
-            position: Position::new(Lsn(lsn), 3),
-            kind: EventKind::Commit(TxCommit {
-                commit_lsn: Lsn(lsn),
-                end_lsn: Lsn(lsn + 8),
-                commit_time_micros: 0,
-            }),
-        };
-        backfill.on_event(commit).expect("commit");
+        pass_inserts_beyond_the_frontier(&mut backfill, &schema, lsn, xid, &[1, 2]);
         lsn += 10;
     }
     // A snapshot taken while 1050 and 1070 still ran sees neither.
@@ -567,25 +579,7 @@ fn observed_snapshots_excuse_what_they_show_and_a_restart_keeps_the_rest() {
     let schema = schema();
     let mut backfill = Backfill::new(vec![state()], Lsn(100));
     for (i, xid) in [1000u32, 1001, 1002].into_iter().enumerate() {
-        let lsn = 200 + 10 * i as u64;
-        backfill.on_event(begin(lsn, xid)).expect("begin");
-        let insert = ChangeEvent {
-            position: Position::new(Lsn(lsn), 1),
-            kind: EventKind::Insert {
-                table: schema.clone(),
-                new: vec![Value::Int8(5), Value::Int8(0)],
-            },
-        };
-        assert!(backfill.on_event(insert).expect("insert").is_none());
-        let commit = ChangeEvent {
-            position: Position::new(Lsn(lsn), 2),
-            kind: EventKind::Commit(TxCommit {
-                commit_lsn: Lsn(lsn),
-                end_lsn: Lsn(lsn + 8),
-                commit_time_micros: 0,
-            }),
-        };
-        backfill.on_event(commit).expect("commit");
+        pass_inserts_beyond_the_frontier(&mut backfill, &schema, 200 + 10 * i as u64, xid, &[5]);
     }
     assert_eq!(backfill.unshown(), vec![1000, 1001, 1002]);
     // 1001 still waits (for a synchronous standby, say).
