@@ -407,6 +407,24 @@ impl Collector for StreamMetrics {
                 )
             }),
         )?;
+        single(
+            e,
+            "pgcdc_snapshot_chunk_rereads",
+            "Online snapshot chunk reads taken again (with the stream paused) because their snapshot did not show a transaction the stream had already passed into their key range.",
+            ConstCounter::new(source.chunk_rereads),
+        )?;
+        family(
+            e,
+            "pgcdc_snapshot_table_read_whole",
+            "1 for a table the online snapshot reads whole under one snapshot while the stream waits, with the reason (e.g. no primary key).",
+            MetricType::Gauge,
+            source.tables_read_whole.iter().map(|t| {
+                (
+                    [("table", t.table.clone()), ("reason", t.reason.clone())],
+                    ConstGauge::new(1),
+                )
+            }),
+        )?;
         family(
             e,
             "pgcdc_policy_applications",

@@ -19,10 +19,13 @@
 //! backfilled is delivered and starts its backfill over, so no chunk read before it survives.
 //!
 //! Why no change is lost or applied twice (for one key `k` in a chunk's range `R`):
-//! - Every transaction that committed before the anchor and touched the table is visible
-//!   in `S` ([`Backfill::invisible_before_anchor`] checks this; the caller retries the chunk
-//!   if one is not, e.g. a commit still waiting for a synchronous standby). Changes to `R`
-//!   before the anchor were dropped by rule 1, and `S` shows them all.
+//! - Every change to `R` before the anchor was dropped by rule 1 (`R` was beyond the
+//!   frontier until now), and every transaction that made one is visible in `S`
+//!   ([`Backfill::invisible_before_anchor`] checks this for the transactions whose dropped
+//!   changes reach into `R`; the caller retries the chunk if one is not, e.g. a commit
+//!   still waiting for a synchronous standby). So `S` shows them all. A transaction whose
+//!   dropped changes all lie beyond `R` does not concern this chunk: it stays recorded for
+//!   the chunks that reach its keys. A TRUNCATE's transaction reaches every key.
 //! - A transaction after the anchor is either visible in `S` (its effect is in the chunk:
 //!   rule 2 drops it) or not (the chunk is older: rule 3 applies it after the chunk's row).
 //! - Every transaction visible in `S` committed before `S` was taken, so its commit record
@@ -33,7 +36,8 @@
 //! asks it for the next chunk's start key and for the resume token's part.
 
 use std::cmp::Ordering;
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use cdc_core::{ChangeEvent, Error, EventKind, Lsn, Row, SchemaRef, TableName, Value};
 
@@ -95,6 +99,17 @@ pub struct TableState {
     pub rows: u64,
 }
 
+/// How far into a table's key space a passed transaction's dropped changes reach: a chunk
+/// whose range reaches that far must show the transaction.
+#[derive(Clone, Debug, PartialEq)]
+enum Reach {
+    /// Every chunk must show it: a TRUNCATE, or a transaction an earlier session passed
+    /// (its keys are not kept in a token).
+    Everything,
+    /// The smallest key among its dropped changes; chunks ending before it need not.
+    From(Key),
+}
+
 /// The outcome of one row change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Side {
@@ -108,14 +123,12 @@ pub struct Backfill {
     tables: Vec<TableState>,
     /// The transaction whose events are being processed.
     current_xid: Option<u32>,
-    /// Per table (by index): the transactions processed since its last chunk that touched
-    /// it, and that no snapshot observed since showed ([`Self::observe`]); each must be
-    /// visible in the table's next chunk's snapshot. A set, so a row change costs the
-    /// same however many there are.
-    touched: Vec<HashSet<u32>>,
-    /// The last (table, transaction) recorded in `touched`: the rows of one transaction
-    /// usually come together, and skip the set.
-    last_touched: Option<(usize, u32)>,
+    /// Per table (by index): the transactions processed whose changes to it were dropped
+    /// beyond its frontier (rule 1) or that truncated it, and that no snapshot observed
+    /// since showed ([`Self::observe`]); each must be visible in the snapshot of a chunk
+    /// reaching its [`Reach`]. A map, so a row change costs the same however many there
+    /// are.
+    touched: Vec<HashMap<u32, Reach>>,
     /// End of the last transaction processed (or progress position reported).
     processed: Lsn,
 }
@@ -124,10 +137,9 @@ impl Backfill {
     /// A merge state for `tables` (none is done yet, or as restored from a token).
     pub fn new(tables: Vec<TableState>, processed: Lsn) -> Self {
         Backfill {
-            touched: vec![HashSet::new(); tables.len()],
+            touched: vec![HashMap::new(); tables.len()],
             tables,
             current_xid: None,
-            last_touched: None,
             processed,
         }
     }
@@ -137,11 +149,11 @@ impl Backfill {
     /// table's next chunk must show them, as if this session had passed them. The new
     /// session's stream starts after them, so without this a commit the earlier session
     /// saw but that is not yet visible (its backend still waiting, e.g. for a synchronous
-    /// standby) would be missing from the next chunk for good. Which table each touched
-    /// is not kept: every table's next chunk waits for all of them.
+    /// standby) would be missing from the next chunk for good. Which tables and keys each
+    /// reached is not kept: every table's next chunk waits for all of them.
     pub fn with_unshown(mut self, xids: &[u32]) -> Self {
         for touched in &mut self.touched {
-            touched.extend(xids.iter().copied());
+            touched.extend(xids.iter().map(|&xid| (xid, Reach::Everything)));
         }
         self
     }
@@ -150,7 +162,11 @@ impl Backfill {
     /// snapshot observed since has), sorted: what [`Self::with_unshown`] takes after a
     /// restart.
     pub fn unshown(&self) -> Vec<u32> {
-        let mut xids: Vec<u32> = self.touched.iter().flatten().copied().collect();
+        let mut xids: Vec<u32> = self
+            .touched
+            .iter()
+            .flat_map(|touched| touched.keys().copied())
+            .collect();
         xids.sort_unstable();
         xids.dedup();
         xids
@@ -167,9 +183,8 @@ impl Backfill {
     /// transaction. The source observes a round's snapshots once all of them were checked.
     pub fn observe(&mut self, snapshot: &XidSnapshot) {
         for touched in &mut self.touched {
-            touched.retain(|&xid| !snapshot.is_visible_xid32(xid));
+            touched.retain(|&xid, _| !snapshot.is_visible_xid32(xid));
         }
-        self.last_touched = None;
     }
 
     /// The tables and their state.
@@ -214,20 +229,39 @@ impl Backfill {
         }
     }
 
-    /// Transactions processed before the anchor that touched `table` and are not visible
-    /// in `snapshot`: a chunk read under `snapshot` would miss their changes, which the
-    /// stream already dropped. Empty means the chunk may be delivered now.
-    pub fn invisible_before_anchor(&self, table: usize, snapshot: &XidSnapshot) -> Vec<u32> {
-        let Some(touched) = self.touched.get(table) else {
-            return Vec::new();
+    /// Transactions processed before the anchor that are not visible in `snapshot` and
+    /// whose dropped changes to `table` reach into a chunk from the table's frontier up to
+    /// `end`: a chunk read under `snapshot` would miss their changes, which the stream
+    /// already dropped. Empty means the chunk may be delivered now.
+    ///
+    /// Only the reach matters, not when the transaction committed: a commit anywhere else
+    /// in the table while the chunk was read leaves the chunk sound.
+    pub fn invisible_before_anchor(
+        &self,
+        table: usize,
+        snapshot: &XidSnapshot,
+        end: &ChunkEnd,
+    ) -> Result<Vec<u32>, Error> {
+        let (Some(touched), Some(state)) = (self.touched.get(table), self.tables.get(table)) else {
+            return Ok(Vec::new());
         };
-        let mut invisible: Vec<u32> = touched
-            .iter()
-            .copied()
-            .filter(|&xid| !snapshot.is_visible_xid32(xid))
-            .collect();
+        let mut invisible = Vec::new();
+        for (&xid, reach) in touched {
+            if snapshot.is_visible_xid32(xid) {
+                continue;
+            }
+            let reaches = match (reach, end) {
+                (Reach::Everything, _) | (_, ChunkEnd::TableEnd) => true,
+                (Reach::From(first), ChunkEnd::Key(end)) => {
+                    state.order.compare(first, end).map_err(order_error)? != Ordering::Greater
+                }
+            };
+            if reaches {
+                invisible.push(xid);
+            }
+        }
         invisible.sort_unstable();
-        invisible
+        Ok(invisible)
     }
 
     /// Delivers a chunk of `table` read under `snapshot`: `rows` are the table's rows
@@ -261,8 +295,8 @@ impl Backfill {
     /// table's key range from the frontier (exclusive) up to `end` (inclusive): `rows`
     /// rows. Several chunks of one table can be placed at one anchor this way, each
     /// continuing where the previous one ended — but only after every one of them passed
-    /// [`Self::invisible_before_anchor`] (this clears the table's record of transactions
-    /// passed before the anchor).
+    /// [`Self::invisible_before_anchor`] (this forgets the transactions `snapshot` shows,
+    /// which a chunk read under an older snapshot may still need).
     pub fn deliver_range(
         &mut self,
         table: usize,
@@ -300,6 +334,11 @@ impl Backfill {
         };
         state.chunks += 1;
         state.rows += rows as u64;
+        // Transactions visible in `snapshot` are visible in every later chunk's: they need no
+        // further check. The others reach only beyond this chunk, and stay.
+        if let Some(touched) = self.touched.get_mut(table) {
+            touched.retain(|&xid, _| !snapshot.is_visible_xid32(xid));
+        }
         if until > self.processed {
             state.windows.push(Window {
                 after,
@@ -307,14 +346,6 @@ impl Backfill {
                 snapshot,
                 until,
             });
-        }
-        // Transactions before this anchor are visible in `snapshot`, and so in every later
-        // chunk's: they need no further check.
-        if let Some(touched) = self.touched.get_mut(table) {
-            touched.clear();
-        }
-        if self.last_touched.is_some_and(|(t, _)| t == table) {
-            self.last_touched = None;
         }
         Ok(())
     }
@@ -381,10 +412,16 @@ impl Backfill {
             } => {
                 // A TRUNCATE empties the sink's copy of a table being backfilled: its
                 // chunks start over (windows of chunks read before it no longer describe
-                // what the sink holds). A done table's is an ordinary change.
+                // what the sink holds), and each must show the TRUNCATE, or it would put
+                // back rows the sink just dropped. A done table's is an ordinary change.
                 for table in &tables {
                     if let Some(index) = self.merging_index(&table.name) {
                         self.restart_table_at_anchor(index);
+                        if let (Some(xid), Some(touched)) =
+                            (self.current_xid, self.touched.get_mut(index))
+                        {
+                            touched.insert(xid, Reach::Everything);
+                        }
                     }
                 }
                 EventKind::Truncate {
@@ -436,12 +473,6 @@ impl Backfill {
         let xid = self.current_xid.ok_or_else(|| {
             Error::protocol("internal: a row change outside a transaction during a backfill")
         })?;
-        if self.last_touched != Some((index, xid)) {
-            if let Some(touched) = self.touched.get_mut(index) {
-                touched.insert(xid);
-            }
-            self.last_touched = Some((index, xid));
-        }
         let key = key_of(&state.key_columns, row)?;
         let covered = match &state.frontier {
             Frontier::NotStarted => false,
@@ -451,6 +482,22 @@ impl Backfill {
             }
         };
         if !covered {
+            // The chunk that reads this key must show the transaction.
+            if let Some(touched) = self.touched.get_mut(index) {
+                match touched.entry(xid) {
+                    Entry::Vacant(entry) => {
+                        entry.insert(Reach::From(key));
+                    }
+                    Entry::Occupied(mut entry) => {
+                        if let Reach::From(first) = entry.get()
+                            && state.order.compare(&key, first).map_err(order_error)?
+                                == Ordering::Less
+                        {
+                            entry.insert(Reach::From(key));
+                        }
+                    }
+                }
+            }
             return Ok(Side::Drop);
         }
         for window in &state.windows {
@@ -521,3 +568,7 @@ fn insert_from_update(table: &SchemaRef, new: Row) -> Result<Row, Error> {
 #[cfg(test)]
 #[path = "merge_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "merge_model_tests.rs"]
+mod model_tests;

@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 
 use super::backfill_keys::{key_columns, key_order, parse_key};
 use super::backfill_progress::{CoveredProgress, Step};
+use super::stats::{SourceStats, TableReadWhole};
 use crate::catalog::CatalogTable;
 use crate::conn::ConnectionConfig;
 use crate::conn::sql_session::SqlSession;
@@ -53,6 +54,8 @@ pub(crate) struct BackfillOptions {
     pub in_recovery: bool,
     /// The server's WAL page sizes (see `wal_page`).
     pub wal: WalPages,
+    /// Where chunk rereads and tables read whole are counted.
+    pub stats: SourceStats,
 }
 
 /// One delivered chunk as the token needs it: which rows it put where.
@@ -117,6 +120,7 @@ impl BackfillPhase {
         let mut covered = BackfillProgress::default();
         let mut truncate_first = Vec::new();
         let mut removed = Vec::new();
+        let mut read_whole = Vec::new();
         for entry in progress.tables {
             let Some(index) = catalog_tables
                 .iter()
@@ -147,6 +151,12 @@ impl BackfillPhase {
                 Err(e) => return Err(e),
             };
             let whole = key_columns.is_empty();
+            if whole && !entry.done {
+                read_whole.push(TableReadWhole {
+                    table: entry.table.to_string(),
+                    reason: whole_reason(table),
+                });
+            }
             let keyed_progress = entry.upto.is_some()
                 || entry
                     .windows
@@ -189,6 +199,7 @@ impl BackfillPhase {
             covered.tables.push(entry);
         }
         covered.tables.extend(removed);
+        options.stats.read_whole(read_whole);
         let (anchor_lsn, next_ordinal) = match after {
             Some(p) if p.ordinal >= ANCHOR_ORDINAL_BASE => (p.commit_lsn, p.ordinal + 1),
             _ => (Lsn::ZERO, ANCHOR_ORDINAL_BASE),
@@ -388,6 +399,17 @@ impl BackfillPhase {
         let position = Position::new(lsn, self.next_ordinal);
         self.next_ordinal += 1;
         position
+    }
+}
+
+/// Why `table` is read whole (for `check`, the metrics and the progress line).
+fn whole_reason(table: &CatalogTable) -> String {
+    if table.schema.primary_key.is_empty() {
+        return "no primary key".to_owned();
+    }
+    match key_order(table) {
+        Ok(_) => "its key order cannot be reproduced".to_owned(),
+        Err(e) => e.to_string(),
     }
 }
 

@@ -33,7 +33,7 @@ use cdc_core::{
 
 pub use options::{PgSourceOptions, ReconnectPolicy};
 pub use spill::TempFileSpill;
-pub use stats::{SlotRetention, SourceState, SourceStats, SourceStatsSnapshot};
+pub use stats::{SlotRetention, SourceState, SourceStats, SourceStatsSnapshot, TableReadWhole};
 
 use self::backfill_phase::BackfillPhase;
 use self::pending::EventQueue;

@@ -299,6 +299,7 @@ fn backfill_options(source: &PgSource) -> BackfillOptions {
         readers: source.options.snapshot_workers,
         in_recovery: source.in_recovery,
         wal: source.wal,
+        stats: source.stats.clone(),
     }
 }
 

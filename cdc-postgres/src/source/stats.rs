@@ -80,6 +80,8 @@ struct Counters {
     spilled_bytes: AtomicU64,
     prepared_waiting: AtomicU64,
     caught_up: AtomicBool,
+    chunk_rereads: AtomicU64,
+    tables_read_whole: Mutex<Vec<TableReadWhole>>,
     state: Mutex<StateInfo>,
     reconnects: Mutex<BTreeMap<&'static str, u64>>,
     slot: Mutex<Option<SlotRetention>>,
@@ -92,6 +94,16 @@ struct StateInfo {
     last_error: Option<String>,
     copied: bool,
     started: bool,
+}
+
+/// A table the online snapshot reads whole, under one snapshot, while the stream waits:
+/// its changes cannot be merged key range by key range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableReadWhole {
+    /// The table (`schema.name`, quoted where needed).
+    pub table: String,
+    /// Why, in a few words (`no primary key`).
+    pub reason: String,
 }
 
 /// A point-in-time copy of [`SourceStats`].
@@ -116,6 +128,13 @@ pub struct SourceStatsSnapshot {
     /// Whether everything the server sent has been handed out and the source waits for
     /// more (nothing received is still being processed).
     pub caught_up: bool,
+    /// Online snapshot chunk reads taken again because their snapshot did not show a
+    /// transaction the stream had already passed into their key range (a commit made
+    /// while a background round read, or one waiting for a synchronous standby); each is
+    /// read again with the stream paused.
+    pub chunk_rereads: u64,
+    /// Tables this run's online snapshot reads whole while the stream waits, and why.
+    pub tables_read_whole: Vec<TableReadWhole>,
     /// What the source is doing.
     pub state: SourceState,
     /// How long it has been in that state.
@@ -165,6 +184,8 @@ impl SourceStats {
             spilled_bytes: c.spilled_bytes.load(Relaxed),
             prepared_waiting: c.prepared_waiting.load(Relaxed),
             caught_up: c.caught_up.load(Relaxed),
+            chunk_rereads: c.chunk_rereads.load(Relaxed),
+            tables_read_whole: lock(&c.tables_read_whole).clone(),
             state: state.state,
             state_age: state.since.map_or(Duration::ZERO, |s| s.elapsed()),
             last_error: state.last_error.clone(),
@@ -198,6 +219,16 @@ impl SourceStats {
         c.buffered_bytes.store(memory as u64, Relaxed);
         c.spilled_bytes.store(spilled, Relaxed);
         c.prepared_waiting.store(prepared_waiting as u64, Relaxed);
+    }
+
+    /// A chunk read is taken again (see [`SourceStatsSnapshot::chunk_rereads`]).
+    pub(super) fn chunk_reread(&self) {
+        self.inner.chunk_rereads.fetch_add(1, Relaxed);
+    }
+
+    /// The tables this run's online snapshot reads whole.
+    pub(super) fn read_whole(&self, tables: Vec<TableReadWhole>) {
+        *lock(&self.inner.tables_read_whole) = tables;
     }
 
     pub(super) fn caught_up(&self, caught_up: bool) {

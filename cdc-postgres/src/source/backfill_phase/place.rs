@@ -138,6 +138,29 @@ impl BackfillPhase {
         (rows, end)
     }
 
+    /// Where the chunk `read` for `request` ends: a range chunk at its range's end (rows at
+    /// its end may have gone since the boundaries were found), unless it was cut short at
+    /// its cap; a chunk of the next rows at its last row; a read that reached the table's
+    /// end at the table's end.
+    pub(super) fn chunk_end(&self, request: &Request, read: &ChunkRead) -> Result<ChunkEnd> {
+        let (Some(state), Some(table)) = (
+            self.merge.tables().get(request.index),
+            self.tables.get(request.catalog_index),
+        ) else {
+            return Err(cdc_core::Error::protocol(
+                "internal: chunk of an unknown table",
+            ));
+        };
+        let key_columns = &state.key_columns;
+        Ok(match (&request.upto, read.rows.last()) {
+            _ if read.complete => ChunkEnd::TableEnd,
+            (Some(_), Some(last)) if read.cut_short => ChunkEnd::Key(key_of(key_columns, last)?),
+            (Some(upto), _) => ChunkEnd::Key(parse_key(table, upto)?),
+            (None, Some(last)) => ChunkEnd::Key(key_of(key_columns, last)?),
+            (None, None) => ChunkEnd::TableEnd,
+        })
+    }
+
     /// Places one chunk at the anchor (its snapshot already checked against what the
     /// stream passed).
     pub(super) fn place(
@@ -165,16 +188,7 @@ impl BackfillPhase {
         let schema = table_entry.schema.clone();
         self.open_table(index, &schema, first, out);
         let count = read.rows.len();
-        // A range chunk ends at its range's end (rows at its end may have gone since the
-        // boundaries were found), unless it was cut short at its cap; a chunk of the next
-        // rows at its last row.
-        let end = match (&request.upto, read.rows.last()) {
-            _ if read.complete => ChunkEnd::TableEnd,
-            (Some(_), Some(last)) if read.cut_short => ChunkEnd::Key(key_of(&key_columns, last)?),
-            (Some(upto), _) => ChunkEnd::Key(parse_key(table_entry, upto)?),
-            (None, Some(last)) => ChunkEnd::Key(key_of(&key_columns, last)?),
-            (None, None) => ChunkEnd::TableEnd,
-        };
+        let end = self.chunk_end(request, &read)?;
         let upto = match &end {
             ChunkEnd::Key(key) => Some(key_text(key)?),
             ChunkEnd::TableEnd => None,

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use cdc_core::{Error, Result};
-use cdc_pgoutput::backfill::merge::Frontier;
+use cdc_pgoutput::backfill::merge::{ChunkEnd, Frontier};
 use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
 use tokio::sync::Notify;
 
@@ -357,10 +357,12 @@ impl BackfillPhase {
                 }
                 // Checked for every chunk before any is placed: placing one clears the
                 // table's record of what the stream passed before the anchor.
+                let end = self.chunk_end(&request, &read)?;
                 let (snapshot, shows_the_past) =
-                    self.snapshot_showing_the_past(index, &read.snapshot)?;
+                    self.snapshot_showing_the_past(index, &read.snapshot, &end)?;
                 seen.push(snapshot.clone());
                 if !shows_the_past {
+                    self.options.stats.chunk_reread();
                     retry = true;
                     missed = true;
                     break;
@@ -393,20 +395,22 @@ impl BackfillPhase {
         Ok(())
     }
 
-    /// The snapshot `text` of a read of table `index`, and whether it shows every
-    /// transaction that touched the table and that the stream passed before the anchor
-    /// (in this session, or an earlier one: `Backfill::with_unshown`). When it does not
-    /// — e.g. a commit still waiting for a synchronous standby — the read is to be taken
+    /// The snapshot `text` of a read of table `index` up to `end`, and whether it shows
+    /// every transaction the stream passed before the anchor (in this session, or an
+    /// earlier one: `Backfill::with_unshown`) whose dropped changes reach into the read's
+    /// range. When it does not — e.g. a commit still waiting for a synchronous standby,
+    /// or one to the range made while a background round read — the read is to be taken
     /// again.
     pub(super) fn snapshot_showing_the_past(
         &self,
         index: usize,
         text: &str,
+        end: &ChunkEnd,
     ) -> Result<(XidSnapshot, bool)> {
         let snapshot = XidSnapshot::parse(text).map_err(|e| {
             Error::protocol(format!("the server returned a malformed snapshot: {e}"))
         })?;
-        let invisible = self.merge.invisible_before_anchor(index, &snapshot);
+        let invisible = self.merge.invisible_before_anchor(index, &snapshot, end)?;
         if !invisible.is_empty() {
             tracing::debug!(
                 ?invisible,

@@ -98,7 +98,8 @@ impl BackfillPhase {
             }
             Err(e) => return Err(e),
         };
-        let (snapshot, shows_the_past) = self.snapshot_showing_the_past(index, &start.snapshot)?;
+        let (snapshot, shows_the_past) =
+            self.snapshot_showing_the_past(index, &start.snapshot, &ChunkEnd::TableEnd)?;
         // No other read is in flight, and every later one starts after this one.
         self.merge.observe(&snapshot);
         if !shows_the_past {
