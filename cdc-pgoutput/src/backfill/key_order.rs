@@ -150,6 +150,8 @@ pub enum UnsupportedKeyColumn {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyOrder {
     columns: Vec<KeyColumnOrder>,
+    /// Only the server can compare these keys ([`KeyOrder::by_server`]).
+    by_server: bool,
 }
 
 /// Why two keys could not be compared.
@@ -164,6 +166,9 @@ pub enum KeyOrderError {
         /// Number of values in the key.
         got: usize,
     },
+    /// The order is [`KeyOrder::by_server`]: only the server can compare these keys.
+    #[error("only the server can compare these keys (their order is its collation's or type's)")]
+    ByServer,
     /// A key value is NULL. Primary key columns are never NULL, so this is a caller bug.
     #[error("key column {column} is NULL; primary key values are never NULL")]
     Null {
@@ -309,7 +314,26 @@ impl KeyOrder {
     /// The order of keys with these columns, in key order. With no columns every two keys
     /// are equal.
     pub fn new(columns: Vec<KeyColumnOrder>) -> KeyOrder {
-        KeyOrder { columns }
+        KeyOrder {
+            columns,
+            by_server: false,
+        }
+    }
+
+    /// The order of keys that only the server can compare: a column whose order is not
+    /// reproduced here (text under a linguistic collation, an enum, `inet`, …). Every
+    /// [`Self::compare`] is refused; the online snapshot's merge asks the server instead
+    /// (`Backfill::comparisons_needed`).
+    pub fn by_server() -> KeyOrder {
+        KeyOrder {
+            columns: Vec::new(),
+            by_server: true,
+        }
+    }
+
+    /// Whether only the server can compare these keys.
+    pub fn is_by_server(&self) -> bool {
+        self.by_server
     }
 
     /// The key columns.
@@ -327,6 +351,9 @@ impl KeyOrder {
     /// NULL, a value whose variant is not the column's type (including
     /// [`Value::Unchanged`]). Never panics.
     pub fn compare(&self, a: &[Value], b: &[Value]) -> Result<Ordering, KeyOrderError> {
+        if self.by_server {
+            return Err(KeyOrderError::ByServer);
+        }
         for key in [a, b] {
             if key.len() != self.columns.len() {
                 return Err(KeyOrderError::Arity {

@@ -32,12 +32,20 @@
 //!   is before `until`; once the stream has passed `until`, rule 2 can no longer apply and
 //!   the window closes.
 //!
+//! Keys whose order only the server knows ([`KeyOrder::by_server`]: text under a
+//! linguistic collation, enums, `inet`, …) are compared by the server: before passing an
+//! event of such a table, the source asks [`Backfill::comparisons_needed`] — its keys
+//! against the frontier and the open windows' bounds, the only comparisons the rules make
+//! — has the server answer them, and tells the merge ([`Backfill::learn_comparison`]).
+//! The rules and the proof are the same; the chunks are read in the server's order too.
+//! Such a table's passed transactions reach every key (their keys are not compared with
+//! each other).
+//!
 //! The state is plain data (no I/O): the source feeds it events, chunks and progress, and
 //! asks it for the next chunk's start key and for the resume token's part.
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 
 use cdc_core::{ChangeEvent, Error, EventKind, Lsn, Row, SchemaRef, TableName, Value};
 
@@ -110,6 +118,21 @@ enum Reach {
     From(Key),
 }
 
+/// A comparison the merge needs of a table whose key order only the server knows: a
+/// streamed row's key against a boundary (the frontier, or an open window's bound).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Comparison {
+    /// The table's index in the merge.
+    pub table: usize,
+    /// The streamed row's key.
+    pub key: Key,
+    /// The boundary.
+    pub boundary: Key,
+}
+
+/// A key's text form (Postgres's), to look comparisons up by.
+type KeyText = Vec<String>;
+
 /// The outcome of one row change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Side {
@@ -131,6 +154,9 @@ pub struct Backfill {
     touched: Vec<HashMap<u32, Reach>>,
     /// End of the last transaction processed (or progress position reported).
     processed: Lsn,
+    /// Comparisons the server made for tables whose key order only it knows: (table, key,
+    /// boundary) → how the key compares with the boundary.
+    server_order: HashMap<(usize, KeyText, KeyText), Ordering>,
 }
 
 impl Backfill {
@@ -141,7 +167,116 @@ impl Backfill {
             tables,
             current_xid: None,
             processed,
+            server_order: HashMap::new(),
         }
+    }
+
+    /// Whether some table's keys only the server can compare (see
+    /// [`Self::comparisons_needed`]).
+    pub fn has_server_order(&self) -> bool {
+        self.tables.iter().any(|t| t.order.is_by_server())
+    }
+
+    /// The comparisons [`Self::on_event`] will make for `event` that only the server can
+    /// answer and that were not learned yet: its keys against the frontier and the open
+    /// windows' bounds of a table whose key order is [`KeyOrder::by_server`]. Until each is
+    /// learned ([`Self::learn_comparison`]), passing the event fails. Placing chunks adds
+    /// boundaries; committing and a TRUNCATE only remove some, so what is needed for
+    /// events queued behind each other is known before the first of them is passed.
+    pub fn comparisons_needed(&self, event: &ChangeEvent) -> Result<Vec<Comparison>, Error> {
+        let (table, rows): (&SchemaRef, [Option<&Row>; 2]) = match &event.kind {
+            EventKind::Insert { table, new } => (table, [Some(new), None]),
+            EventKind::Update { table, old, new } => {
+                (table, [Some(new), old.as_ref().map(|o| &o.values)])
+            }
+            EventKind::Delete { table, old } => (table, [old.as_ref().map(|o| &o.values), None]),
+            _ => return Ok(Vec::new()),
+        };
+        let Some(index) = self.merging_index(&table.name) else {
+            return Ok(Vec::new());
+        };
+        let Some(state) = self.tables.get(index) else {
+            return Ok(Vec::new());
+        };
+        if !state.order.is_by_server() {
+            return Ok(Vec::new());
+        }
+        let mut boundaries: Vec<&Key> = Vec::new();
+        if let Frontier::UpTo(key) = &state.frontier {
+            boundaries.push(key);
+        }
+        for window in &state.windows {
+            boundaries.extend(window.after.iter().chain(window.upto.iter()));
+        }
+        let mut needed = Vec::new();
+        for row in rows.into_iter().flatten() {
+            // A row without its key fails when it is passed, with the reason.
+            let Ok(key) = key_of(&state.key_columns, row) else {
+                continue;
+            };
+            let text = key_text(&key)?;
+            for &boundary in &boundaries {
+                let lookup = (index, text.clone(), key_text(boundary)?);
+                if !self.server_order.contains_key(&lookup)
+                    && !needed
+                        .iter()
+                        .any(|c: &Comparison| c.key == key && &c.boundary == boundary)
+                {
+                    needed.push(Comparison {
+                        table: index,
+                        key: key.clone(),
+                        boundary: boundary.clone(),
+                    });
+                }
+            }
+        }
+        Ok(needed)
+    }
+
+    /// The server's answer to `comparison`: how its key compares with its boundary.
+    pub fn learn_comparison(
+        &mut self,
+        comparison: &Comparison,
+        ordering: Ordering,
+    ) -> Result<(), Error> {
+        self.server_order.insert(
+            (
+                comparison.table,
+                key_text(&comparison.key)?,
+                key_text(&comparison.boundary)?,
+            ),
+            ordering,
+        );
+        Ok(())
+    }
+
+    /// Forgets the comparisons learned (once the events they were asked for are passed),
+    /// so that they take no memory beyond a batch.
+    pub fn forget_comparisons(&mut self) {
+        self.server_order.clear();
+    }
+
+    /// How key `a` of table `index` compares with `b`: by the key order, or as the server
+    /// said for an order only it knows.
+    fn compare_keys(
+        &self,
+        index: usize,
+        state: &TableState,
+        a: &Key,
+        b: &Key,
+    ) -> Result<Ordering, Error> {
+        if !state.order.is_by_server() {
+            return state.order.compare(a, b).map_err(order_error);
+        }
+        self.server_order
+            .get(&(index, key_text(a)?, key_text(b)?))
+            .copied()
+            .ok_or_else(|| {
+                Error::protocol(format!(
+                    "internal: a key of {} was not compared by the server before its change                      was passed to the online snapshot's merge",
+                    state.table
+                ))
+            })
     }
 
     /// The merge continues an earlier session (a restart from a resume token, or a
@@ -252,6 +387,8 @@ impl Backfill {
             }
             let reaches = match (reach, end) {
                 (Reach::Everything, _) | (_, ChunkEnd::TableEnd) => true,
+                // Not recorded for such a table; were it, it would reach.
+                _ if state.order.is_by_server() => true,
                 (Reach::From(first), ChunkEnd::Key(end)) => {
                     state.order.compare(first, end).map_err(order_error)? != Ordering::Greater
                 }
@@ -317,7 +454,9 @@ impl Backfill {
         };
         let upto = match end {
             ChunkEnd::Key(key) => {
+                // The server ordered the chunk itself when only it can compare the keys.
                 if let Some(after) = &after
+                    && !state.order.is_by_server()
                     && state.order.compare(&key, after).map_err(order_error)? != Ordering::Greater
                 {
                     return Err(Error::protocol(
@@ -478,40 +617,42 @@ impl Backfill {
             Frontier::NotStarted => false,
             Frontier::Done => true,
             Frontier::UpTo(frontier) => {
-                state.order.compare(&key, frontier).map_err(order_error)? != Ordering::Greater
+                self.compare_keys(index, state, &key, frontier)? != Ordering::Greater
             }
         };
         if !covered {
-            // The chunk that reads this key must show the transaction.
-            if let Some(touched) = self.touched.get_mut(index) {
-                match touched.entry(xid) {
-                    Entry::Vacant(entry) => {
-                        entry.insert(Reach::From(key));
-                    }
-                    Entry::Occupied(mut entry) => {
-                        if let Reach::From(first) = entry.get()
-                            && state.order.compare(&key, first).map_err(order_error)?
-                                == Ordering::Less
-                        {
-                            entry.insert(Reach::From(key));
-                        }
-                    }
+            // The chunk that reads this key must show the transaction. Keys only the
+            // server can compare are not compared with each other: such a transaction
+            // reaches every key.
+            let by_server = state.order.is_by_server();
+            let replace = match self.touched.get(index).and_then(|t| t.get(&xid)) {
+                None => true,
+                Some(Reach::Everything) => false,
+                Some(Reach::From(first)) => {
+                    by_server
+                        || state.order.compare(&key, first).map_err(order_error)? == Ordering::Less
                 }
+            };
+            if replace && let Some(touched) = self.touched.get_mut(index) {
+                touched.insert(
+                    xid,
+                    if by_server {
+                        Reach::Everything
+                    } else {
+                        Reach::From(key)
+                    },
+                );
             }
             return Ok(Side::Drop);
         }
         for window in &state.windows {
             let above = match &window.after {
                 None => true,
-                Some(after) => {
-                    state.order.compare(&key, after).map_err(order_error)? == Ordering::Greater
-                }
+                Some(after) => self.compare_keys(index, state, &key, after)? == Ordering::Greater,
             };
             let below = match &window.upto {
                 None => true,
-                Some(upto) => {
-                    state.order.compare(&key, upto).map_err(order_error)? != Ordering::Greater
-                }
+                Some(upto) => self.compare_keys(index, state, &key, upto)? != Ordering::Greater,
             };
             if above && below {
                 return Ok(if window.snapshot.is_visible_xid32(xid) {
@@ -529,6 +670,20 @@ fn order_error(e: super::key_order::KeyOrderError) -> Error {
     Error::protocol(format!(
         "comparing primary keys during an online snapshot: {e}"
     ))
+}
+
+/// `key` in Postgres's text form.
+fn key_text(key: &Key) -> Result<KeyText, Error> {
+    key.iter()
+        .map(|value| {
+            value.to_pg_text().ok_or_else(|| {
+                Error::protocol(format!(
+                    "a primary key value ({}) has no text form",
+                    value.kind_name()
+                ))
+            })
+        })
+        .collect()
 }
 
 /// The key of `row`: its values at `key_columns`.
