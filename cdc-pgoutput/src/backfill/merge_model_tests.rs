@@ -213,7 +213,7 @@ fn apply(
         match *op {
             Op::Upsert { key, value } => {
                 let key = shape.key(key.0, key.1);
-                let existed = table.insert(key.clone(), value).is_some();
+                let existed = table.insert(key, value).is_some();
                 let new = shape.row(&key, value);
                 events.push(if existed {
                     EventKind::Update {
@@ -243,7 +243,7 @@ fn apply(
                     && !table.contains_key(&to)
                     && let Some(value) = table.remove(&from)
                 {
-                    table.insert(to.clone(), value);
+                    table.insert(to, value);
                     events.push(EventKind::Update {
                         table: schema.clone(),
                         old: Some(shape.old_key(&from)),
@@ -279,7 +279,7 @@ impl StrictSink {
         match &event.kind {
             EventKind::Insert { new, .. } => {
                 let key = self.shape.key_from(new)?;
-                if self.rows.insert(key.clone(), value(new)?).is_some() {
+                if self.rows.insert(key, value(new)?).is_some() {
                     return Err(format!("second insert of key {key:?}"));
                 }
             }
@@ -294,12 +294,12 @@ impl StrictSink {
                 let new_key = self.shape.key_from(new)?;
                 let old_key = match old {
                     Some(old) => self.shape.key_from(&old.values)?,
-                    None => new_key.clone(),
+                    None => new_key,
                 };
                 if self.rows.remove(&old_key).is_none() {
                     return Err(format!("update of missing key {old_key:?}"));
                 }
-                if self.rows.insert(new_key.clone(), value(new)?).is_some() {
+                if self.rows.insert(new_key, value(new)?).is_some() {
                     return Err(format!("update onto existing key {new_key:?}"));
                 }
             }
@@ -501,7 +501,7 @@ impl Model {
         let after = match self.round.last() {
             // The round's last chunk was the next rows: nothing continues it.
             Some(last) if last.upto.is_none() => return Ok(()),
-            Some(last) => last.upto.clone(),
+            Some(last) => last.upto,
             None => match &self.backfill.tables()[0].frontier {
                 Frontier::Done => return Ok(()),
                 frontier => self.shape.key_of_frontier(frontier),
@@ -518,20 +518,20 @@ impl Model {
                     .filter(above)
                     .collect();
                 match candidates.get(pick % candidates.len().max(1)) {
-                    Some(key) => Some(key.clone()),
+                    Some(key) => Some(*key),
                     None => return Ok(()),
                 }
             }
         };
         let seen = &self.states[self.visible_commits];
         let lower = match &after {
-            Some(a) => Bound::Excluded(a.clone()),
+            Some(a) => Bound::Excluded(*a),
             None => Bound::Unbounded,
         };
         let in_range = seen
             .range((lower, Bound::Unbounded))
             .filter(|(k, _)| upto.as_ref().is_none_or(|u| *k <= u))
-            .map(|(k, v)| (k.clone(), *v));
+            .map(|(k, v)| (*k, *v));
         let (read, complete, cut_short) = match &upto {
             Some(_) => {
                 let cap = rows * 2;
