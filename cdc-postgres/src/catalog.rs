@@ -31,6 +31,10 @@ pub struct CatalogTable {
     /// The collation the primary key index orders each key column by, in key order, with
     /// the database's default collation resolved to its provider and locale.
     pub key_collations: Vec<KeyCollationInfo>,
+    /// Each key column's own collation as SQL names it (`"de_DE"`, `pg_catalog."default"`),
+    /// in key order; `None` for a type without one. The server compares keys with it when
+    /// pgcdc cannot reproduce their order (see `snapshot::chunk::compare_keys`).
+    pub key_collation_names: Vec<Option<String>>,
 }
 
 /// A key column's collation as the catalog describes it (owned; see
@@ -144,7 +148,7 @@ pub async fn load_tables(
             .map(|r| r.try_get(0))
             .collect::<Result<_, _>>()
             .map_err(sql_error)?;
-        let key_collations: Vec<KeyCollationInfo> = client
+        let (key_collations, key_collation_names): (Vec<KeyCollationInfo>, Vec<Option<String>>) = client
             .query(
                 "SELECT k.coll::int8 = 0, \
                         COALESCE(CASE WHEN co.collprovider = 'd' THEN to_jsonb(d) ->> 'datlocprovider' \
@@ -152,10 +156,12 @@ pub async fn load_tables(
                         CASE WHEN co.collprovider = 'd' THEN d.datcollate::text ELSE co.collcollate::text END, \
                         CASE WHEN co.collprovider = 'd' \
                              THEN COALESCE(to_jsonb(d) ->> 'datlocale', to_jsonb(d) ->> 'daticulocale') \
-                             ELSE COALESCE(to_jsonb(co) ->> 'colllocale', to_jsonb(co) ->> 'colliculocale') END \
+                             ELSE COALESCE(to_jsonb(co) ->> 'colllocale', to_jsonb(co) ->> 'colliculocale') END, \
+                        CASE WHEN a.attcollation = 0 THEN NULL ELSE a.attcollation::regcollation::text END \
                  FROM pg_index i \
                  CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[]) WITH ORDINALITY AS k(attnum, coll, ord) \
                  LEFT JOIN pg_collation co ON co.oid = k.coll \
+                 LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
                  CROSS JOIN (SELECT * FROM pg_database WHERE datname = current_database()) d \
                  WHERE i.indrelid = $1 AND i.indisprimary ORDER BY k.ord",
                 &[&oid],
@@ -168,7 +174,8 @@ pub async fn load_tables(
                 let provider: String = r.try_get(1)?;
                 let collate: Option<String> = r.try_get(2)?;
                 let locale: Option<String> = r.try_get(3)?;
-                Ok(if not_collatable {
+                let name: Option<String> = r.try_get(4)?;
+                let info = if not_collatable {
                     KeyCollationInfo::NotCollatable
                 } else {
                     match provider.as_str() {
@@ -176,10 +183,13 @@ pub async fn load_tables(
                         "b" => KeyCollationInfo::Builtin(locale.unwrap_or_default()),
                         _ => KeyCollationInfo::Libc(collate.unwrap_or_default()),
                     }
-                })
+                };
+                Ok((info, name))
             })
-            .collect::<Result<_, tokio_postgres::Error>>()
-            .map_err(sql_error)?;
+            .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+            .map_err(sql_error)?
+            .into_iter()
+            .unzip();
         let identity_columns: HashSet<String> = client
             .query(
                 "SELECT a.attname::text FROM pg_index i \
@@ -258,6 +268,7 @@ pub async fn load_tables(
             pages,
             partitions,
             key_collations,
+            key_collation_names,
         });
     }
     Ok(out)

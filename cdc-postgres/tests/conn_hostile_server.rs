@@ -477,6 +477,7 @@ mod copy {
             pages: 0,
             partitions: Vec::new(),
             key_collations: Vec::new(),
+            key_collation_names: Vec::new(),
         }])
     }
 

@@ -30,8 +30,8 @@ const KEYLESS_SCHEMA: &str = "
         FROM generate_series(1, 1500) g;
     CREATE PUBLICATION pub FOR TABLE public.log, public.kv, public.hosts;";
 
-/// `log` has no key; `hosts` has one whose order pgcdc does not reproduce (`inet`), so it
-/// is read whole too.
+/// `log` has no key, and is read whole; `hosts` has one whose order only the server knows
+/// (`inet`), read in chunks with the server comparing keys.
 const KEYLESS_TABLES: [&str; 3] = ["public.log", "public.kv", "public.hosts"];
 
 /// Writes to a table without a key (duplicate rows: one of them updated or deleted by

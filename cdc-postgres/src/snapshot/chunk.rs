@@ -87,16 +87,7 @@ impl<'a> KeyQuery<'a> {
                 names.len()
             )));
         }
-        let mut values = Vec::with_capacity(key.len());
-        for (name, text) in names.iter().zip(key) {
-            let Some(column) = self.table.schema.columns.iter().find(|c| &c.name == name) else {
-                return Err(Error::protocol(
-                    "internal: primary key column not in the table",
-                ));
-            };
-            let type_name = column.column_type.name.as_deref().unwrap_or("text");
-            values.push(format!("{}::{type_name}", literal(text)));
-        }
+        let values = typed_key_values(self.table, key)?;
         // Row comparison follows the primary key index's order, so the scan uses it.
         Ok(format!(
             "({}) {op} ({})",
@@ -120,6 +111,22 @@ impl<'a> KeyQuery<'a> {
             format!(" WHERE {}", conditions.join(" AND "))
         })
     }
+}
+
+/// `key` (text form of each primary key column, in key order) as typed SQL literals,
+/// `E'…'::type`.
+pub(super) fn typed_key_values(table: &CatalogTable, key: &[String]) -> Result<Vec<String>, Error> {
+    let mut values = Vec::with_capacity(key.len());
+    for (name, text) in table.schema.primary_key.iter().zip(key) {
+        let Some(column) = table.schema.columns.iter().find(|c| &c.name == name) else {
+            return Err(Error::protocol(
+                "internal: primary key column not in the table",
+            ));
+        };
+        let type_name = column.column_type.name.as_deref().unwrap_or("text");
+        values.push(format!("{}::{type_name}", literal(text)));
+    }
+    Ok(values)
 }
 
 /// The `SELECT` of one chunk: the rows of `table` whose primary key is after `after` (each

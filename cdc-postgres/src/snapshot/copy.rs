@@ -426,6 +426,7 @@ mod tests {
                 .map(|p| TableName::new("public", *p))
                 .collect(),
             key_collations: Vec::new(),
+            key_collation_names: Vec::new(),
         }
     }
 

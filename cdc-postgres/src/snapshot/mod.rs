@@ -8,6 +8,7 @@ pub mod chunk;
 pub mod copy;
 pub mod copy_binary;
 mod copy_rows;
+pub mod key_compare;
 mod parallel_decode;
 pub mod whole_table;
 
@@ -15,4 +16,5 @@ pub use chunk::ChunkRead;
 pub(crate) use chunk::{chunk_boundaries, read_chunk};
 pub use copy::{CopyMessage, PlanOptions, WorkItem};
 pub use copy_binary::{CopyBinaryDecoder, CopyFormatError};
+pub(crate) use key_compare::compare_keys;
 pub use whole_table::{WholeTableRead, WholeTableStart};

@@ -240,6 +240,7 @@ mod tests {
             pages: 0,
             partitions: Vec::new(),
             key_collations: Vec::new(),
+            key_collation_names: Vec::new(),
         }
     }
 

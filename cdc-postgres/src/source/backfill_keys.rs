@@ -26,8 +26,9 @@ pub(super) fn key_columns(table: &CatalogTable) -> Result<Vec<usize>> {
         .collect()
 }
 
-/// How `table`'s keys compare, or a Config error naming a key column whose order only the
-/// server knows.
+/// How `table`'s keys compare: as Postgres's btree orders them where pgcdc reproduces
+/// that order, else by the server ([`KeyOrder::by_server`]: the merge has it compare
+/// streamed keys with its boundaries, in batches).
 pub(super) fn key_order(table: &CatalogTable) -> Result<KeyOrder> {
     let columns = key_columns(table)?;
     let mut orders = Vec::with_capacity(columns.len());
@@ -42,12 +43,13 @@ pub(super) fn key_order(table: &CatalogTable) -> Result<KeyOrder> {
         match KeyColumnOrder::for_column(oid, collation.as_key_collation()) {
             Ok(order) => orders.push(order),
             Err(why) => {
-                return Err(Error::config(format!(
-                    "the online snapshot cannot merge {} with the stream: its primary key column {:?} is a {why}; \
-                     use the consistent snapshot mode for it",
-                    table.schema.name,
-                    column.map_or("?", |c| c.name.as_str()),
-                )));
+                tracing::info!(
+                    table = %table.schema.name,
+                    column = column.map_or("?", |c| c.name.as_str()),
+                    reason = %why,
+                    "the online snapshot has the server compare this table's keys"
+                );
+                return Ok(KeyOrder::by_server());
             }
         }
     }

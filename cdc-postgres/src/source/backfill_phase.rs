@@ -6,6 +6,7 @@
 //! adds the I/O around it and the bookkeeping that makes the progress in a token match
 //! exactly the events the token covers, even when a batch ends in the middle of a chunk.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -14,7 +15,6 @@ use cdc_core::{
     BackfillProgress, ChangeEvent, Error, EventKind, Lsn, Position, Result, TableBackfill,
     TableName,
 };
-use cdc_pgoutput::backfill::key_order::KeyOrder;
 use cdc_pgoutput::backfill::merge::{Backfill, Frontier, TableState, Window};
 use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
 use tokio::sync::Notify;
@@ -30,10 +30,12 @@ use crate::wal_page::WalPages;
 
 mod place;
 mod rounds;
+mod server_order;
 mod stride;
 mod whole;
 
 use rounds::{RoundResult, Splits};
+use server_order::Held;
 
 /// Ordinals of snapshot rows and markers start here, above any ordinal a transaction's
 /// own events can have, so that rows placed between two transactions order after the
@@ -101,6 +103,15 @@ pub(crate) struct BackfillPhase {
     /// Where this backfill's `SnapshotMarker::Started` went (before its first placed row
     /// or marker), once it did; kept by a new session when it was handed out.
     announced: Option<Position>,
+    /// Whether some table's keys only the server can compare (see `server_order`).
+    server_ordered: bool,
+    /// Streamed events, transaction ends and idle progress waiting, in stream order, for
+    /// the server to compare keys (see `server_order`).
+    held: VecDeque<Held>,
+    /// The connection the server compares keys on.
+    comparer: Option<SqlSession>,
+    /// After a comparison failed on a lost connection: not again before this.
+    compare_not_before: Option<Instant>,
 }
 
 impl BackfillPhase {
@@ -142,19 +153,14 @@ impl BackfillPhase {
             // A key whose order only the server knows (e.g. text under a linguistic
             // collation) cannot be merged chunk by chunk: such a table is read whole, like
             // a table without a key.
-            let (key_columns, order) = match key_order(table) {
-                Ok(order) => (key_columns(table)?, order),
-                Err(e) if e.kind() == cdc_core::ErrorKind::Config => {
-                    tracing::info!(table = %table.schema.name, reason = %e, "the online snapshot reads this table whole");
-                    (Vec::new(), KeyOrder::new(Vec::new()))
-                }
-                Err(e) => return Err(e),
-            };
+            // A table without a primary key is one range, read whole (`whole`).
+            let key_columns = key_columns(table)?;
+            let order = key_order(table)?;
             let whole = key_columns.is_empty();
             if whole && !entry.done {
                 read_whole.push(TableReadWhole {
                     table: entry.table.to_string(),
-                    reason: whole_reason(table),
+                    reason: "no primary key".to_owned(),
                 });
             }
             let keyed_progress = entry.upto.is_some()
@@ -175,9 +181,9 @@ impl BackfillPhase {
                 tracing::warn!(table = %entry.table, "copying the table again: its copy was made in key order, which this run cannot reproduce");
                 true
             } else {
-                // Read whole, begun but not completed: the sink holds part of it and
-                // there is no key to continue from.
-                whole && !entry.done && (entry.chunks > 0 || entry.rows > 0)
+                // Begun but not completed without a key to continue from — read whole (also
+                // a keyed table an earlier version read whole): the sink holds part of it.
+                !entry.done && entry.upto.is_none() && (entry.chunks > 0 || entry.rows > 0)
             };
             let (frontier, windows) = if recopy {
                 truncate_first.push(states.len());
@@ -212,6 +218,7 @@ impl BackfillPhase {
             Some(p) if p.ordinal >= ANCHOR_ORDINAL_BASE => processed.max(Lsn(p.commit_lsn.0 + 1)),
             _ => processed,
         };
+        let server_ordered = states.iter().any(|s| s.order.is_by_server());
         Ok(BackfillPhase {
             // Transactions an earlier session passed that no snapshot has shown yet: every
             // table's next chunk must show them (this session's stream starts after them).
@@ -235,6 +242,10 @@ impl BackfillPhase {
             round_ready: Arc::new(AtomicBool::new(false)),
             whole: None,
             announced: None,
+            server_ordered,
+            held: VecDeque::new(),
+            comparer: None,
+            compare_not_before: None,
         })
     }
 
@@ -347,7 +358,10 @@ impl BackfillPhase {
     /// Whether nothing is left to read or decide (the phase can end once the token's
     /// progress says so too).
     pub(crate) fn is_finished(&self) -> bool {
-        self.whole.is_none() && self.merge.is_finished() && self.progress.is_finished()
+        self.whole.is_none()
+            && self.held.is_empty()
+            && self.merge.is_finished()
+            && self.progress.is_finished()
     }
 
     /// See [`CoveredProgress::progress_for`].
@@ -364,8 +378,21 @@ impl BackfillPhase {
         Some(progress)
     }
 
-    /// Passes one streamed event through the merge: `Some` to deliver.
+    /// Passes one streamed event through the merge: `Some` to deliver. An event whose keys
+    /// only the server can compare, and every one after it, is held instead until
+    /// [`Self::resolve_held`].
     pub(crate) fn on_event(&mut self, event: ChangeEvent) -> Result<Option<ChangeEvent>> {
+        if self.server_ordered
+            && (!self.held.is_empty() || !self.merge.comparisons_needed(&event)?.is_empty())
+        {
+            self.held.push_back(Held::Event(event));
+            return Ok(None);
+        }
+        self.pass(event)
+    }
+
+    /// Passes one streamed event through the merge (its keys compared already).
+    fn pass(&mut self, event: ChangeEvent) -> Result<Option<ChangeEvent>> {
         if let EventKind::Truncate { tables, .. } = &event.kind {
             for table in tables {
                 // Only a TRUNCATE that starts the table's copy over changes the token's
@@ -381,9 +408,13 @@ impl BackfillPhase {
         self.merge.on_event(event)
     }
 
-    /// The stream is idle up to `lsn`.
+    /// The stream is idle up to `lsn` (after the events held, if any).
     pub(crate) fn progress(&mut self, lsn: Lsn) {
-        self.merge.progress(lsn);
+        if self.held.is_empty() {
+            self.merge.progress(lsn);
+        } else {
+            self.held.push_back(Held::Idle(lsn));
+        }
     }
 
     /// The position of the next row or marker placed at the current anchor: just before
@@ -399,17 +430,6 @@ impl BackfillPhase {
         let position = Position::new(lsn, self.next_ordinal);
         self.next_ordinal += 1;
         position
-    }
-}
-
-/// Why `table` is read whole (for `check`, the metrics and the progress line).
-fn whole_reason(table: &CatalogTable) -> String {
-    if table.schema.primary_key.is_empty() {
-        return "no primary key".to_owned();
-    }
-    match key_order(table) {
-        Ok(_) => "its key order cannot be reproduced".to_owned(),
-        Err(e) => e.to_string(),
     }
 }
 

@@ -228,8 +228,9 @@ impl PgSource {
     }
 
     fn reached_end(&self) -> bool {
-        self.options.end_lsn.is_some_and(|end| {
-            self.building
+        !self.holding()
+            && self.options.end_lsn.is_some_and(|end| {
+                self.building
                 .commit_end
                 .or(self.covered_end)
                 .is_some_and(|c| c >= end)
@@ -237,7 +238,7 @@ impl PgSource {
                 || self.stream_passed >= end
                 // Already confirmed at or past the end when the stream started.
                 || (self.confirmed >= end && self.pending.is_empty() && self.inbox.is_empty())
-        })
+            })
     }
 
     /// Passes the pipeline's latest confirmation to the replication stream.
@@ -340,7 +341,18 @@ impl PgSource {
     /// server sends again only to a session starting at or before it).
     fn push_end(&mut self, end: Lsn, hold: Option<Lsn>) {
         self.stream_passed = self.stream_passed.max(end);
-        self.pending.push_back(Pending::End(held_back(end, hold)));
+        let end = held_back(end, hold);
+        // Behind events held for the server's key comparisons, the end waits with them.
+        if !self.backfill.as_mut().is_some_and(|b| b.hold_end(end)) {
+            self.pending.push_back(Pending::End(end));
+        }
+    }
+
+    /// Whether streamed items wait for the server's key comparisons (see
+    /// `backfill_phase::server_order`): until they go on, nothing after them may be
+    /// handed out as progress.
+    fn holding(&self) -> bool {
+        self.backfill.as_ref().is_some_and(BackfillPhase::holding)
     }
 }
 
@@ -469,6 +481,18 @@ impl PgSource {
             if self.continue_replay()? {
                 continue;
             }
+            // Events held for the server's key comparisons go on once what has arrived is
+            // taken in (one query for all of them), or once a batch's worth waits.
+            if let Some(backfill) = self.backfill.as_mut()
+                && backfill.wants_resolving()
+                && (self.inbox.is_empty()
+                    || backfill.held_len() >= self.options.config.batch.max_events)
+            {
+                backfill
+                    .resolve_held(&mut EventQueue(&mut self.pending))
+                    .await?;
+                continue;
+            }
             // A table without a primary key is read whole while the stream waits (see
             // `backfill_phase::whole`): its pieces go in one after the other, with nothing from
             // the stream between them.
@@ -563,7 +587,7 @@ impl PgSource {
             let due = self
                 .last_progress_batch
                 .is_none_or(|t| t.elapsed() >= self.options.progress_interval);
-            if self.building.is_empty() && progressed && due {
+            if self.building.is_empty() && progressed && due && !self.holding() {
                 self.building.commit_end = Some(self.idle_wal_end);
                 self.last_progress_batch = Some(Instant::now());
                 return Ok(Some(self.take_batch()));
@@ -589,6 +613,7 @@ impl PgSource {
             };
             self.stats.caught_up(
                 self.inbox.is_empty()
+                    && !self.holding()
                     && self.pending.is_empty()
                     && self.building.is_empty()
                     && self.between_transactions(),

@@ -24,4 +24,9 @@ impl EventQueue<'_> {
     pub(crate) fn push_back(&mut self, event: ChangeEvent) {
         self.0.push_back(Pending::Event(event));
     }
+
+    /// Appends the end of a transaction.
+    pub(crate) fn push_end(&mut self, end: Lsn) {
+        self.0.push_back(Pending::End(end));
+    }
 }

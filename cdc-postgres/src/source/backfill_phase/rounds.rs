@@ -107,10 +107,13 @@ impl BackfillPhase {
         self.may_place() && self.in_flight.is_some() && self.round_ready.load(Ordering::Acquire)
     }
 
-    /// Whether chunks may be placed at the current anchor (see `floor`).
+    /// Whether chunks may be placed at the current anchor (see `floor`): not while
+    /// streamed events are held (the merge has not passed them yet).
     pub(crate) fn may_place(&self) -> bool {
-        self.floor
-            .is_none_or(|floor| self.merge.processed() > floor.commit_lsn)
+        self.held.is_empty()
+            && self
+                .floor
+                .is_none_or(|floor| self.merge.processed() > floor.commit_lsn)
     }
 
     /// How the round's readers are shared among the pending tables: one each for up to
