@@ -59,6 +59,8 @@ struct Screen {
     tty: bool,
     bar: Option<ProgressBar>,
     announced_snapshot: bool,
+    /// Tables already said to be copied whole.
+    announced_whole: Vec<String>,
     last_line: Instant,
     last_changes: u64,
     last_rows: u64,
@@ -74,6 +76,7 @@ impl Screen {
             tty: std::io::stderr().is_terminal(),
             bar: None,
             announced_snapshot: false,
+            announced_whole: Vec::new(),
             last_line: Instant::now(),
             last_changes: 0,
             last_rows: 0,
@@ -104,6 +107,7 @@ impl Screen {
             return;
         }
         let counts = self.tally.counts();
+        self.announce_tables_read_whole();
         if counts.snapshot_running {
             self.snapshot_progress(&counts);
             return;
@@ -134,6 +138,21 @@ impl Screen {
             );
             self.last_changes = counts.streamed_changes();
             self.last_line = Instant::now();
+        }
+    }
+
+    /// Says once per table that the online snapshot copies it whole, holding the stream.
+    fn announce_tables_read_whole(&mut self) {
+        for whole in self.info.tables_read_whole() {
+            if self.announced_whole.contains(&whole.table) {
+                continue;
+            }
+            if let Some(bar) = &self.bar {
+                bar.suspend(|| eprintln!("pgcdc: {}", read_whole_line(&whole)));
+            } else {
+                eprintln!("pgcdc: {}", read_whole_line(&whole));
+            }
+            self.announced_whole.push(whole.table);
         }
     }
 
@@ -187,6 +206,14 @@ fn new_bar(estimate: Option<u64>) -> ProgressBar {
     bar.set_style(style);
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
+}
+
+/// `copying public.log whole while the stream waits (no primary key)`.
+pub fn read_whole_line(whole: &cdc_postgres::source::TableReadWhole) -> String {
+    format!(
+        "copying {} whole while the stream waits ({}; changes to every table queue on the server until it is done)",
+        whole.table, whole.reason
+    )
 }
 
 /// `streaming: 1234 changes (+56, 11.2/s), lag 0 B / 0.0 s, acknowledged 0/16B3748`.

@@ -65,6 +65,7 @@ struct InfoInner {
     resumed: AtomicBool,
     received: AtomicU64,
     tables: Mutex<Vec<(TableName, i64)>>,
+    source: cdc_postgres::source::SourceStats,
 }
 
 impl SourceInfo {
@@ -93,6 +94,11 @@ impl SourceInfo {
             .clone()
     }
 
+    /// Tables this run's online snapshot copies whole while the stream waits, and why.
+    pub fn tables_read_whole(&self) -> Vec<cdc_postgres::source::TableReadWhole> {
+        self.inner.source.snapshot().tables_read_whole
+    }
+
     /// Sum of the known row estimates, `None` when no table has one.
     pub fn estimated_rows(&self) -> Option<u64> {
         let tables = self.tables();
@@ -115,10 +121,16 @@ pub struct GuardedSource {
 impl GuardedSource {
     /// Wraps `inner`.
     pub fn new(inner: PgSource, permission: SlotPermission) -> Self {
+        let info = SourceInfo {
+            inner: Arc::new(InfoInner {
+                source: inner.stats(),
+                ..InfoInner::default()
+            }),
+        };
         GuardedSource {
             inner,
             permission,
-            info: SourceInfo::default(),
+            info,
         }
     }
 

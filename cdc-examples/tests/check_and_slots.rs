@@ -25,7 +25,9 @@ async fn check_lists_every_problem_of_a_misconfigured_source() {
              CREATE TABLE public.missing_from_pub (id int PRIMARY KEY);
              CREATE TABLE public.no_identity (id int PRIMARY KEY, v text);
              ALTER TABLE public.no_identity REPLICA IDENTITY NOTHING;
-             CREATE PUBLICATION pub FOR TABLE public.orders, public.no_identity;",
+             CREATE TABLE public.log (line text);
+             ALTER TABLE public.log REPLICA IDENTITY FULL;
+             CREATE PUBLICATION pub FOR TABLE public.orders, public.no_identity, public.log;",
         )
         .await
         .unwrap();
@@ -43,6 +45,8 @@ async fn check_lists_every_problem_of_a_misconfigured_source() {
             "public.missing_from_pub",
             "--table",
             "public.no_identity",
+            "--table",
+            "public.log",
         ]),
         TIMEOUT,
     );
@@ -64,6 +68,9 @@ async fn check_lists_every_problem_of_a_misconfigured_source() {
         // Replica identity NOTHING, with its fix.
         "public.no_identity has REPLICA IDENTITY NOTHING",
         "ALTER TABLE public.no_identity REPLICA IDENTITY FULL",
+        // A table the online snapshot copies whole, why, and what to do.
+        "public.log has no primary key: the online snapshot copies it whole",
+        "add a primary key to copy it in chunks",
         // The slot settings are reported.
         "max_slot_wal_keep_size",
         "2 errors",

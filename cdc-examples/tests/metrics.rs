@@ -101,7 +101,10 @@ async fn metrics_follow_a_real_stream_and_health_follows_the_server() {
     cluster
         .execute(
             "CREATE TABLE public.t (id int PRIMARY KEY, v text, x float8);
-             INSERT INTO public.t SELECT g, 'row' FROM generate_series(1, 1000) g;",
+             INSERT INTO public.t SELECT g, 'row' FROM generate_series(1, 1000) g;
+             CREATE TABLE public.log (line text);
+             ALTER TABLE public.log REPLICA IDENTITY FULL;
+             INSERT INTO public.log SELECT 'line ' || g FROM generate_series(1, 50) g;",
         )
         .await
         .unwrap();
@@ -115,6 +118,8 @@ async fn metrics_follow_a_real_stream_and_health_follows_the_server() {
         "pub",
         "--table",
         "public.t",
+        "--table",
+        "public.log",
         "--create-publication",
         "--create-slot",
         "--out-dir",
@@ -147,6 +152,33 @@ async fn metrics_follow_a_real_stream_and_health_follows_the_server() {
         find(&samples, "pgcdc_snapshot_rows_total", &table),
         Some(1000.0)
     );
+    // The table without a key was copied whole, and the metrics and the progress lines
+    // say so and why.
+    assert_eq!(
+        find(
+            &samples,
+            "pgcdc_snapshot_table_read_whole",
+            &[("table", "public.log"), ("reason", "no primary key")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        find(&samples, "pgcdc_snapshot_chunk_rereads_total", &[]),
+        Some(0.0)
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !stderr
+        .snapshot()
+        .iter()
+        .any(|l| l.contains("copying public.log whole while the stream waits (no primary key"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            stderr.snapshot()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     for family in [
         "pgcdc_received_bytes_total",
         "pgcdc_received_messages_total",

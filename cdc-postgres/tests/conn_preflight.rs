@@ -192,6 +192,13 @@ mod conn {
         assert!(warnings.contains(&ProblemKind::ReplicaIdentityNothing {
             table: TableName::new("public", "nothing")
         }));
+        // The online snapshot (the default) copies a table without a key whole: said.
+        assert!(warnings.contains(&ProblemKind::ReadWholeOnline {
+            table: TableName::new("public", "no_key")
+        }));
+        assert!(!warnings.contains(&ProblemKind::ReadWholeOnline {
+            table: TableName::new("public", "nothing")
+        }));
     }
 
     #[tokio::test]

@@ -521,10 +521,10 @@ pub enum SnapshotMode {
     Never,
     /// Stream at once and read the tables in primary-key chunks alongside (online
     /// snapshot, the default): every chunk is its own short transaction, chunk progress
-    /// is in the resume token, the slot advances during the copy. A table without a
-    /// primary key (or with one whose order pgcdc cannot reproduce) is read whole under
-    /// one snapshot while the stream waits, and copied again after a TRUNCATE if
-    /// interrupted.
+    /// is in the resume token, the slot advances during the copy. Keys whose order only
+    /// the server knows (text under a linguistic collation, enums, …) are compared by the
+    /// server. A table without a primary key is read whole under one snapshot while the
+    /// stream waits, and copied again after a TRUNCATE if interrupted.
     #[default]
     Online,
 }

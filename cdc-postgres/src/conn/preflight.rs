@@ -91,6 +91,12 @@ pub enum ProblemKind {
         /// The replica identity index.
         index: String,
     },
+    /// A table without a primary key, under the online snapshot: it is copied whole under
+    /// one snapshot while the stream waits, and from the start again if interrupted.
+    ReadWholeOnline {
+        /// The table.
+        table: TableName,
+    },
     /// The publication has no tables and none are configured.
     EmptyPublication {
         /// The publication.
@@ -193,6 +199,11 @@ impl Problem {
                  updates and deletes carry only the index's columns of the old row, so they cannot name the \
                  row by its primary key"
             ),
+            ProblemKind::ReadWholeOnline { table } => format!(
+                "table {table} has no primary key: the online snapshot copies it whole under one \
+                 snapshot while the stream waits (changes to every table queue on the server \
+                 until the copy is done), and from the start again if interrupted"
+            ),
             ProblemKind::EmptyPublication { publication } => {
                 format!("publication {publication:?} contains no tables")
             }
@@ -250,6 +261,11 @@ impl Problem {
             ProblemKind::ReplicaIdentityIndexWithoutPrimaryKey { table, .. } => format!(
                 "ALTER TABLE {table} REPLICA IDENTITY DEFAULT; (the primary key), or ALTER TABLE {table} REPLICA IDENTITY FULL;"
             ),
+            ProblemKind::ReadWholeOnline { .. } => {
+                "add a primary key to copy it in chunks alongside the stream, or accept the \
+                 wait (it is sound either way)"
+                    .to_owned()
+            }
             ProblemKind::EmptyPublication { publication } => format!(
                 "ALTER PUBLICATION {} ADD TABLE schema.table;",
                 quote_identifier(publication)
@@ -594,6 +610,11 @@ pub async fn preflight(
                 }
             }
             _ => {}
+        }
+        if !has_primary_key && config.snapshot == super::SnapshotMode::Online {
+            problems.push(Problem::warning(ProblemKind::ReadWholeOnline {
+                table: name.clone(),
+            }));
         }
         if exists {
             tables.push(PublishedTable {
