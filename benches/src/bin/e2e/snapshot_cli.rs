@@ -13,10 +13,12 @@
 //!
 //! `--shared-buffers SIZE` sets the server's buffer pool (default 256MB).
 //!
-//! With `--write-tps N`, a writer updates random accounts at about N transactions a
-//! second during every run (also the anchor's), and for the online runs the stream's lag
+//! With `--write-tps N[,M…]`, every pgcdc run is made at each of these write rates (0:
+//! none; the anchor always runs without writes): a writer updates random accounts at
+//! about N transactions a second during the run, and for the online runs the stream's lag
 //! (the server's WAL insert position minus the slot's `confirmed_flush_lsn`) is sampled
-//! every 50 ms while the snapshot runs: its median and maximum are reported.
+//! every 50 ms while the snapshot runs: its median and maximum are reported. With a rate
+//! of 0 among them, the summary gives each run under writes over the same run without.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,13 +42,28 @@ struct Consumer {
     /// `stdout` or `out-dir` (pgcdc only).
     output: &'static str,
     readers: u16,
+    /// Write transactions a second during the run (0: none).
+    write_tps: u32,
 }
 
 impl Consumer {
     fn label(&self) -> String {
+        let writes = if self.write_tps > 0 {
+            format!(" + {} writes/s", self.write_tps)
+        } else {
+            String::new()
+        };
         match self.mode {
-            "psql" => "psql COPY text".to_owned(),
-            mode => format!("pgcdc {mode} {} ×{}", self.output, self.readers),
+            "psql" => format!("psql COPY text{writes}"),
+            mode => format!("pgcdc {mode} {} ×{}{writes}", self.output, self.readers),
+        }
+    }
+
+    /// The same run without writes.
+    fn idle(&self) -> Consumer {
+        Consumer {
+            write_tps: 0,
+            ..self.clone()
         }
     }
 }
@@ -55,7 +72,11 @@ impl Consumer {
 pub async fn run(args: &Args) -> Result<(), String> {
     let scale: u32 = args.value("scale", 20)?;
     let rounds: usize = args.value("rounds", 3)?;
-    let write_tps: u32 = args.value("write-tps", 0)?;
+    let write_rates: Vec<u32> = args
+        .list("write-tps", &["0"])
+        .iter()
+        .map(|r| r.parse().map_err(|_| format!("invalid write rate {r:?}")))
+        .collect::<Result<_, _>>()?;
     let readers: Vec<u16> = args
         .list("readers", &["1", "2", "4"])
         .iter()
@@ -81,6 +102,7 @@ pub async fn run(args: &Args) -> Result<(), String> {
         mode: "psql",
         output: "stdout",
         readers: 1,
+        write_tps: 0,
     }];
     for mode in ["consistent", "online"] {
         if !modes.iter().any(|m| m == mode) {
@@ -91,11 +113,14 @@ pub async fn run(args: &Args) -> Result<(), String> {
                 continue;
             }
             for &r in &readers {
-                consumers.push(Consumer {
-                    mode,
-                    output,
-                    readers: r,
-                });
+                for &write_tps in &write_rates {
+                    consumers.push(Consumer {
+                        mode,
+                        output,
+                        readers: r,
+                        write_tps,
+                    });
+                }
             }
         }
     }
@@ -103,8 +128,8 @@ pub async fn run(args: &Args) -> Result<(), String> {
         "snapshot-cli: {rows} rows ({:.0} MB), {rounds} round(s), {} consumers{}",
         bytes as f64 / 1e6,
         consumers.len(),
-        if write_tps > 0 {
-            format!(", {write_tps} writes/s")
+        if write_rates.iter().any(|&r| r > 0) {
+            format!(", writes/s {write_rates:?}")
         } else {
             String::new()
         }
@@ -157,6 +182,7 @@ pub async fn run(args: &Args) -> Result<(), String> {
                 }
             };
             let writing = Arc::new(AtomicBool::new(true));
+            let write_tps = consumer.write_tps;
             let writer = (write_tps > 0).then(|| {
                 let cluster_uri = cluster.uri("postgres", "postgres", None);
                 tokio::spawn(write_load(cluster_uri, rows, write_tps, writing.clone()))
@@ -201,7 +227,7 @@ pub async fn run(args: &Args) -> Result<(), String> {
             runs.push((consumer.clone(), run, lag));
         }
     }
-    print_tables(&consumers, &runs, rows, bytes, scale, write_tps);
+    print_tables(&consumers, &runs, rows, bytes, scale);
     Ok(())
 }
 
@@ -289,12 +315,15 @@ struct Lag {
 
 impl Lag {
     fn median_text(&self) -> String {
-        format!("{:.1} MB", median(self.samples.clone()) / 1e6)
+        if self.samples.is_empty() {
+            return "no samples".to_owned();
+        }
+        format!("{:.1} kB", median(self.samples.clone()) / 1e3)
     }
 
     fn max_text(&self) -> String {
         let max = self.samples.iter().copied().fold(0.0, f64::max);
-        format!("{:.1} MB", max / 1e6)
+        format!("{:.1} kB ({} samples)", max / 1e3, self.samples.len())
     }
 }
 
@@ -399,7 +428,6 @@ fn print_tables(
     rows: u64,
     bytes: i64,
     scale: u32,
-    write_tps: u32,
 ) {
     let mut table = Table::new([
         "run",
@@ -449,6 +477,7 @@ fn print_tables(
         "server CPU s",
         "wall ÷ psql COPY",
         "÷ neighbouring psql",
+        "÷ same run without writes",
     ]);
     for consumer in consumers {
         let wall = of(consumer, &|r: &Run| r.wall.as_secs_f64());
@@ -457,6 +486,12 @@ fn print_tables(
             "–".to_owned()
         } else {
             format!("{:.2}", median(paired))
+        };
+        let idle = consumer.idle();
+        let over_idle = if consumer.write_tps > 0 && consumers.contains(&idle) {
+            format!("{:.2}", wall / of(&idle, &|r: &Run| r.wall.as_secs_f64()))
+        } else {
+            "–".to_owned()
         };
         summary.row([
             consumer.label(),
@@ -472,16 +507,12 @@ fn print_tables(
             ),
             format!("{:.2}", wall / anchor),
             paired,
+            over_idle,
         ]);
     }
     println!(
-        "\n## Snapshot through the CLI: pgbench scale {scale}, {TABLE} ({rows} rows, {:.0} MB){}\n",
+        "\n## Snapshot through the CLI: pgbench scale {scale}, {TABLE} ({rows} rows, {:.0} MB)\n",
         bytes as f64 / 1e6,
-        if write_tps > 0 {
-            format!(", {write_tps} writes/s during every run")
-        } else {
-            String::new()
-        }
     );
     println!("{}", table.to_markdown());
     println!("{}", summary.to_markdown());
