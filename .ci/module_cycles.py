@@ -2,7 +2,10 @@
 """Finds cycles between the source files of each crate in the workspace.
 
 A file depends on another when its code names an item of the other's module through a
-`crate::`, `super::` or `self::` path (in `use` declarations or inline). Not counted:
+`crate::`, `super::` or `self::` path, or a path that starts with the name of one of its
+own child modules (`start::start(..)` in the parent of `start`, as Rust 2018 resolves
+it), in `use` declarations (globs included: `use super::*` depends on the parent) or
+inline. Not counted:
 `mod` declarations, re-exports (`pub use`, a facade is not a dependency of the facade's own
 code), and `#[cfg(test)]` modules (tests may look anywhere). Each crate root (lib.rs,
 main.rs, src/bin/*) is analysed on its own, at two levels: files, and top-level modules
@@ -18,6 +21,16 @@ import sys
 from collections import defaultdict
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+
+# Cycles known and being removed, each with the work that removes it: (crate, sorted
+# module names of the cycle). Any other cycle fails; so does a listed one that is gone
+# (take it off the list), so the list only shrinks.
+KNOWN_CYCLES = {
+    # PgSource's methods spread over source/mod.rs and source/start.rs (and batching.rs,
+    # reconnect.rs, through method calls this script cannot see): the source machine of
+    # issue 45 makes PgSource a driver that depends on the machine, not the other way.
+    ("cdc-postgres", ("source", "source::start")),
+}
 
 
 def strip_comments_and_strings(text):
@@ -140,8 +153,10 @@ def use_paths(tree, prefix=""):
     return [path]
 
 
-def references(text):
-    """Yields (path, line) for each crate/super/self path the code uses."""
+def references(text, children=()):
+    """Yields (path, line) for each crate/super/self path the code uses, and each path
+    starting with one of `children` (the module's own child modules, as `self::…`)."""
+    local = set(children)
     # `use` declarations, except re-exports.
     for m in re.finditer(r"(^|[;{}\n])\s*(pub(?:\([^)]*\))?\s+)?use\s+([^;]*);", text):
         if m.group(2):
@@ -150,12 +165,22 @@ def references(text):
         for p in use_paths(re.sub(r"\s+", " ", m.group(3))):
             if re.match(r"(crate|super|self)\b", p):
                 yield p, line
+            elif p.split("::")[0] in local:
+                yield "self::" + p, line
     body = re.sub(r"(^|[;{}\n])\s*(pub(?:\([^)]*\))?\s+)?use\s+[^;]*;", lambda m: "\n" * m.group(0).count("\n"), text)
-    for m in re.finditer(r"\b(?:crate|super|self)(?:::(?:" + IDENT + r"))+", body):
+    for m in re.finditer(r"\b(?:crate|super|self)(?:::(?:" + IDENT + r"|\*))+", body):
         prev = body[max(0, m.start() - 2):m.start()]
         if prev == "::":
             continue
         yield m.group(0), body.count("\n", 0, m.start()) + 1
+    if local:
+        for m in re.finditer(r"\b(" + IDENT + r")(?:::(?:" + IDENT + r"))+", body):
+            if m.group(1) not in local:
+                continue
+            prev = body[max(0, m.start() - 2):m.start()]
+            if prev == "::":
+                continue
+            yield "self::" + m.group(0), body.count("\n", 0, m.start()) + 1
 
 
 def resolve(path, module, files):
@@ -230,12 +255,15 @@ def crate_roots(workspace):
 def main():
     workspace = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     found = 0
+    known_seen, crates = set(), set()
     for crate, root in crate_roots(workspace):
+        crates.add(crate)
         files = module_files(os.path.dirname(root), root)
         graph, example = defaultdict(set), {}
         for module, path in files.items():
             text = remove_test_modules(strip_comments_and_strings(open(path, encoding="utf-8").read()))
-            for ref, line in references(text):
+            children = [m[-1] for m in files if len(m) == len(module) + 1 and m[:-1] == module]
+            for ref, line in references(text, children):
                 target = resolve(ref, module, files)
                 if target is None or target == module:
                     continue
@@ -252,13 +280,22 @@ def main():
             for comp in sccs(g):
                 if len(comp) < 2:
                     continue
-                found += 1
                 names = sorted("::".join(m) or "(root)" for m in comp)
+                if (crate, tuple(names)) in KNOWN_CYCLES:
+                    known_seen.add((crate, tuple(names)))
+                    print(f"known cycle (being removed) between {level} of {crate}: {', '.join(names)}")
+                    continue
+                found += 1
                 print(f"cycle between {level} of {crate} ({os.path.relpath(root, workspace)}): {', '.join(names)}")
                 members = set(comp)
                 for a in sorted(comp):
                     for b in sorted(g[a] & members):
                         print(f"    {ex[(a, b)]}")
+    for crate, names in sorted(KNOWN_CYCLES - known_seen):
+        if crate not in crates:
+            continue
+        found += 1
+        print(f"the known cycle of {crate} between {', '.join(names)} is gone: take it off KNOWN_CYCLES")
     if found:
         print(f"{found} module cycle(s); break them by moving the shared item to where both sides can depend on it")
         return 1

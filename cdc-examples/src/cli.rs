@@ -4,49 +4,17 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cdc_core::{CommitMode, ErrorKind, Lsn};
+use cdc_core::{CommitMode, Lsn};
 use cdc_postgres::conn::Secret;
 use cdc_sinks::feldera::{ArrayBoundsPolicy, NonFinitePolicy, OutOfRangePolicy, TruncatePolicy};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod exit;
 pub mod nats;
+mod values;
 
-/// Success: the stream reached `--end-lsn`, a snapshot-only run finished, or a shutdown
-/// was requested (Ctrl-C, SIGTERM) and completed.
-pub const EXIT_OK: u8 = 0;
-/// Any other failure (I/O, the demo's local cluster could not start, an internal error).
-pub const EXIT_OTHER: u8 = 1;
-/// Invalid command line.
-pub const EXIT_USAGE: u8 = 2;
-/// Configuration error: a flag, the connection string, the credentials or the source
-/// database's setup is wrong. Fix it, then rerun.
-pub const EXIT_CONFIG: u8 = 3;
-/// Temporary failure: the server is unreachable or went away. Rerun to resume without loss.
-pub const EXIT_TRANSIENT: u8 = 4;
-/// The stream cannot resume (slot missing, invalidated, or not the one the saved position
-/// came from): start over with a new snapshot.
-pub const EXIT_RESYNC: u8 = 5;
-/// The server sent something this version cannot interpret.
-pub const EXIT_PROTOCOL: u8 = 6;
-/// The sink (output files, stdout) failed.
-pub const EXIT_SINK: u8 = 7;
-/// A value the output policy refuses (e.g. NaN): choose a policy or change the data.
-pub const EXIT_REJECTED: u8 = 8;
-/// Interrupted twice: stopped without the final checkpoint (a restart resumes from the
-/// previous one).
-pub const EXIT_INTERRUPTED: u8 = 130;
-
-/// The exit code for an error of `kind`.
-pub fn exit_code(kind: ErrorKind) -> u8 {
-    match kind {
-        ErrorKind::Config => EXIT_CONFIG,
-        ErrorKind::Transient => EXIT_TRANSIENT,
-        ErrorKind::ResyncRequired => EXIT_RESYNC,
-        ErrorKind::Protocol => EXIT_PROTOCOL,
-        ErrorKind::Sink => EXIT_SINK,
-        ErrorKind::Rejected => EXIT_REJECTED,
-    }
-}
+pub use exit::*;
+pub use values::*;
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -512,161 +480,9 @@ pub struct DropSlotArgs {
     pub if_exists: bool,
 }
 
-/// A command's failure: the exit code and a message for stderr.
-#[derive(Debug)]
-pub struct CliError {
-    /// The exit code.
-    pub code: u8,
-    /// What failed (printed after `pgcdc: `).
-    pub message: String,
-}
-
-impl CliError {
-    /// A failure with exit code [`EXIT_OTHER`].
-    pub fn other(message: impl Into<String>) -> Self {
-        CliError {
-            code: EXIT_OTHER,
-            message: format!("error: {}", message.into()),
-        }
-    }
-
-    /// A command line that parses but does not make sense ([`EXIT_USAGE`]).
-    pub fn usage(message: impl Into<String>) -> Self {
-        CliError {
-            code: EXIT_USAGE,
-            message: format!("error: {}", message.into()),
-        }
-    }
-}
-
-impl From<cdc_core::Error> for CliError {
-    fn from(e: cdc_core::Error) -> Self {
-        CliError {
-            code: exit_code(e.kind()),
-            message: e.to_string(),
-        }
-    }
-}
-
-/// `--checkpoint-interval`: a timer must not spin (zero makes tokio's interval panic), and
-/// an hour between checkpoints is already more than any sink should hold back.
-pub const CHECKPOINT_INTERVAL: (Duration, Duration) =
-    (Duration::from_millis(10), Duration::from_secs(3600));
-/// `--status-interval`: the display does not refresh faster than 100ms anyway.
-pub const STATUS_INTERVAL: (Duration, Duration) =
-    (Duration::from_millis(100), Duration::from_secs(3600));
-/// `demo --duration`: up to 30 days; without the flag the demo runs until Ctrl-C.
-pub const DEMO_DURATION: (Duration, Duration) =
-    (Duration::from_millis(100), Duration::from_secs(720 * 3600));
-/// `demo --rate`, transactions per second: the workload's timer period is `1 / rate`,
-/// which must be a duration (a rate of 1e-300 overflowed it, and panicked).
-pub const DEMO_RATE: (f64, f64) = (0.01, 10_000.0);
-/// `demo --seed-rows`: more would take the demo's setup minutes and gigabytes.
-pub const MAX_SEED_ROWS: i64 = 10_000_000;
-
-/// A value parser for a duration flag ([`parse_duration`]) from `bounds.0` to `bounds.1`
-/// inclusive. clap puts the flag's name before its message.
-pub fn duration_between(
-    bounds: (Duration, Duration),
-) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
-    let (min, max) = bounds;
-    move |text| {
-        let range = format!(
-            "a duration between {} and {}",
-            show_duration(min),
-            show_duration(max)
-        );
-        match parse_duration(text) {
-            Ok(duration) if (min..=max).contains(&duration) => Ok(duration),
-            Ok(_) => Err(format!("must be {range}")),
-            Err(e) => Err(format!("{e}; expected {range}")),
-        }
-    }
-}
-
-/// `demo --rate`: a finite number of transactions per second within [`DEMO_RATE`].
-pub fn parse_rate(text: &str) -> Result<f64, String> {
-    let (min, max) = DEMO_RATE;
-    match text.trim().parse::<f64>() {
-        // NaN is in no range.
-        Ok(rate) if (min..=max).contains(&rate) => Ok(rate),
-        _ => Err(format!(
-            "must be a number of transactions per second between {min} and {max}"
-        )),
-    }
-}
-
-/// `d` in the largest unit [`parse_duration`] reads back exactly (`10ms`, `5s`, `1h`).
-fn show_duration(d: Duration) -> String {
-    let seconds = d.as_secs();
-    if d.subsec_nanos() != 0 {
-        format!("{}ms", d.as_millis())
-    } else if seconds.is_multiple_of(3600) {
-        format!("{}h", seconds / 3600)
-    } else if seconds.is_multiple_of(60) {
-        format!("{}m", seconds / 60)
-    } else {
-        format!("{seconds}s")
-    }
-}
-
-/// Parses `500ms`, `1s`, `2.5s`, `3m`, `1h`, or a bare number of seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 1s, 2m)"))?;
-    let seconds = match unit.trim() {
-        "ms" => value / 1000.0,
-        "" | "s" => value,
-        "m" | "min" => value * 60.0,
-        "h" => value * 3600.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?}: use ms, s, m or h"
-            ));
-        }
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse_with_and_without_units() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
-        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("1d").is_err());
-        assert!(parse_duration("s").is_err());
-    }
-
-    #[test]
-    fn ranges_are_checked_and_shown() {
-        let check = duration_between(CHECKPOINT_INTERVAL);
-        assert_eq!(check("1s"), Ok(Duration::from_secs(1)));
-        assert_eq!(check("10ms"), Ok(Duration::from_millis(10)));
-        assert_eq!(check("1h"), Ok(Duration::from_secs(3600)));
-        for bad in ["0", "9ms", "61m", "1e9h", "-1s", "NaN"] {
-            let err = check(bad).unwrap_err();
-            assert!(err.contains("between 10ms and 1h"), "{bad}: {err}");
-        }
-        assert_eq!(show_duration(Duration::from_millis(1500)), "1500ms");
-        assert_eq!(show_duration(Duration::from_secs(90)), "90s");
-        assert_eq!(show_duration(Duration::from_secs(120)), "2m");
-        assert_eq!(parse_rate("2.5"), Ok(2.5));
-        for bad in ["0", "-1", "1e-300", "1e300", "NaN", "inf", "-inf", "x"] {
-            assert!(parse_rate(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn command_line_is_consistent() {

@@ -12,7 +12,8 @@ use cdc_sinks::jetstream::{
     StreamSettings, SubjectTemplate,
 };
 
-use super::{CliError, duration_between};
+use super::exit::CliError;
+use super::values::duration_between;
 
 /// Environment variable holding a NATS token.
 pub const NATS_TOKEN_ENV: &str = "PGCDC_NATS_TOKEN";

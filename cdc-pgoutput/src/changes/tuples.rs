@@ -2,7 +2,7 @@
 
 use cdc_core::{Error, Position, Row, SchemaRef, Value};
 
-use super::CachedRelation;
+use super::relations::CachedRelation;
 use crate::protocol::pgoutput::{ColumnRef, TupleRef};
 use crate::types;
 

@@ -10,6 +10,10 @@ use cdc_core::{Array, ArrayDim, Value};
 use super::error::{DecodeErrorKind as Kind, Format, TypeDecodeError};
 use super::registry::{ArrayType, TypeInfo};
 
+/// Decodes one element of an array in the array's format (the caller's own value decoder:
+/// an element may itself be of any type).
+pub(crate) type ElementDecoder = fn(&TypeInfo, BytesView<'_>) -> Result<Value, Kind>;
+
 /// Most dimensions an array can have (`MAXDIM`).
 pub(crate) const MAX_DIMS: usize = 6;
 /// Most elements an array can have (`MaxArraySize`).
@@ -178,7 +182,11 @@ fn unquoted_element(data: &Bytes, pos: &mut usize, delimiter: u8) -> Result<Opti
 
 /// Parses `array_out`'s text, decoding each element with the element type's text
 /// decoder.
-pub(crate) fn array_from_text(array: &ArrayType, data: &Bytes) -> Result<Array, Kind> {
+pub(crate) fn array_from_text(
+    array: &ArrayType,
+    data: &Bytes,
+    decode_element: ElementDecoder,
+) -> Result<Array, Kind> {
     let bytes: &[u8] = data;
     let delimiter = array.delimiter;
     let mut pos = 0;
@@ -283,10 +291,8 @@ pub(crate) fn array_from_text(array: &ArrayType, data: &Bytes) -> Result<Array, 
                 };
                 let value = match element {
                     None => Value::Null,
-                    Some(text) => {
-                        super::value_from_text(&array.element, BytesView::whole(&text))
-                            .map_err(|e| element_error(&array.element, Format::Text, e, &text))?
-                    }
+                    Some(text) => decode_element(&array.element, BytesView::whole(&text))
+                        .map_err(|e| element_error(&array.element, Format::Text, e, &text))?,
                 };
                 elements.push(value);
                 if let Some(c) = counts.get_mut(depth - 1) {
@@ -372,7 +378,11 @@ impl Reader<'_> {
 
 /// `array_send`: ndim, has-null flag, element OID, (length, lower bound) per dimension,
 /// then per element an i32 length (-1 for NULL) and the element's own binary form.
-pub(crate) fn array_from_binary(array: &ArrayType, data: &Bytes) -> Result<Array, Kind> {
+pub(crate) fn array_from_binary(
+    array: &ArrayType,
+    data: &Bytes,
+    decode_element: ElementDecoder,
+) -> Result<Array, Kind> {
     let mut r = Reader { data, pos: 0 };
     let ndim = r.i32()?;
     let flags = r.i32()?;
@@ -428,7 +438,7 @@ pub(crate) fn array_from_binary(array: &ArrayType, data: &Bytes) -> Result<Array
             }
             len => {
                 let bytes = r.take(len as usize)?;
-                super::value_from_binary(&array.element, BytesView::whole(&bytes))
+                decode_element(&array.element, BytesView::whole(&bytes))
                     .map_err(|e| element_error(&array.element, Format::Binary, e, &bytes))?
             }
         };

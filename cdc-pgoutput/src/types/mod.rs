@@ -113,6 +113,7 @@ fn value_from_text(ty: &TypeInfo, view: BytesView<'_>) -> Result<Value, DecodeEr
             return Ok(Value::Array(Box::new(array::array_from_text(
                 array,
                 &view.to_bytes(),
+                value_from_text,
             )?)));
         }
     };
@@ -153,6 +154,7 @@ fn value_from_binary(ty: &TypeInfo, view: BytesView<'_>) -> Result<Value, Decode
             return Ok(Value::Array(Box::new(array::array_from_binary(
                 array,
                 &view.to_bytes(),
+                value_from_binary,
             )?)));
         }
     };

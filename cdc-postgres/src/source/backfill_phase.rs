@@ -28,14 +28,14 @@ use crate::conn::ConnectionConfig;
 use crate::conn::sql_session::SqlSession;
 use crate::wal_page::WalPages;
 
+mod parts;
 mod place;
 mod rounds;
 mod server_order;
 mod stride;
 mod whole;
 
-use rounds::{RoundResult, Splits};
-use server_order::Held;
+use parts::{Held, RoundResult, Splits, WholeCopy};
 
 /// Ordinals of snapshot rows and markers start here, above any ordinal a transaction's
 /// own events can have, so that rows placed between two transactions order after the
@@ -99,7 +99,7 @@ pub(crate) struct BackfillPhase {
     /// finished for a moment longer).
     round_ready: Arc<AtomicBool>,
     /// A table without a primary key being read whole (the stream waits meanwhile).
-    whole: Option<whole::WholeCopy>,
+    whole: Option<WholeCopy>,
     /// Where this backfill's `SnapshotMarker::Started` went (before its first placed row
     /// or marker), once it did; kept by a new session when it was handed out.
     announced: Option<Position>,

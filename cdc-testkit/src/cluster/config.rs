@@ -9,7 +9,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::os;
 use crate::tls::IssuedCert;
 
-use super::process::server_env;
+use super::child::server_env;
 use super::{ADMIN_USER, AuthMethod, Cluster, HOST};
 
 impl Cluster {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 
 use super::Cluster;
-use super::process::{kill_tree, read_pid_file};
+use super::child::{kill_tree, read_pid_file};
 
 impl Cluster {
     /// Terminate every walsender (`pg_terminate_backend`) and wait until they are gone.

@@ -7,6 +7,7 @@
 //! ports) and `standby` (physical standbys, promotion, replay).
 
 mod builder;
+mod child;
 mod client;
 mod config;
 mod faults;
@@ -28,8 +29,8 @@ use crate::tls::TlsFiles;
 pub use builder::ClusterBuilder;
 pub use standby::StandbyBuilder;
 
+use child::{ServerState, read_pid_file, shutdown_immediate, tail_lines};
 use ports::{release_port, reserve_port};
-use process::{ServerState, read_pid_file, shutdown_immediate, tail_lines};
 
 /// Name of the superuser every cluster is created with.
 pub const ADMIN_USER: &str = "postgres";
@@ -39,8 +40,7 @@ pub const ADMIN_USER: &str = "postgres";
 /// [`ADMIN_USER`] is trusted, so they work under every authentication method.
 pub const ADMIN_PASSWORD: &str = "postgres";
 
-/// Address the server listens on (TCP). IPv6 is not enabled.
-pub const HOST: &str = "127.0.0.1";
+pub use ports::HOST;
 
 /// Environment variable: when set to a non-empty value other than `0`, clusters' temporary
 /// directories are kept on drop (and their path printed) for post-mortem debugging.

@@ -5,7 +5,8 @@ use std::sync::{Mutex, PoisonError};
 
 use crate::error::{Error, IoContext, Result};
 
-use super::HOST;
+/// Address the server listens on (TCP). IPv6 is not enabled.
+pub const HOST: &str = "127.0.0.1";
 
 /// Ports handed out to clusters of this process and not yet released.
 static RESERVED_PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());

@@ -11,7 +11,7 @@ use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
 use super::super::backfill_keys::{key_text, parse_key};
 use super::super::backfill_progress::{ChunkRecord, ChunkRows, Step};
 use super::BackfillPhase;
-use super::rounds::Request;
+use super::parts::Request;
 use crate::snapshot::ChunkRead;
 use crate::source::pending::EventQueue;
 

@@ -13,71 +13,13 @@ use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
 use tokio::sync::Notify;
 
 use super::super::backfill_keys::key_text;
+use super::parts::{Request, RoundResult, Splits, TablePlan};
 use super::{BackfillPhase, RETRY_DELAY, stride};
 use crate::catalog::CatalogTable;
 use crate::conn::sql_session::SqlSession;
 use crate::snapshot::{ChunkRead, chunk_boundaries, read_chunk};
 use crate::source::pending::EventQueue;
 use crate::wal_page::WalPages;
-
-/// One chunk request of a read round.
-#[derive(Debug)]
-pub(super) struct Request {
-    /// The table's index in the merge.
-    pub(super) index: usize,
-    pub(super) catalog_index: usize,
-    /// The key the chunk continues after (text form; `None`: the table's start).
-    pub(super) after: Option<Vec<String>>,
-    /// The key the chunk ends at (inclusive), when the round split the table among
-    /// several readers; `None`: the next `chunk_rows` rows.
-    pub(super) upto: Option<Vec<String>>,
-}
-
-/// One table's share of a read round: `chunks` consecutive chunks from `after`, split
-/// at `ends` when they were found ahead or estimated. `estimable`: the table's key is a
-/// single integer column, whose next ends are estimated rather than found ahead.
-#[derive(Debug)]
-struct TablePlan {
-    index: usize,
-    catalog_index: usize,
-    after: Option<Vec<String>>,
-    chunks: usize,
-    ends: Option<Vec<Vec<String>>>,
-    estimable: bool,
-}
-
-/// Split keys found ahead for a table shared by several readers: the ends of its next
-/// chunks after `after` (text form of each key). `exhausted`: fewer rows than another
-/// chunk follow the last end (the table's end is near).
-#[derive(Debug)]
-pub(super) struct Splits {
-    index: usize,
-    after: Option<Vec<String>>,
-    ends: Vec<Vec<String>>,
-    exhausted: bool,
-}
-
-impl Splits {
-    /// The ends for `chunks` chunks of a table now at `after`, if these splits were
-    /// found from there and reach far enough (any key splits a range soundly, however
-    /// the table changed since; a range that grew is cut at its cap).
-    fn ends_for(&self, after: &Option<Vec<String>>, chunks: usize) -> Option<Vec<Vec<String>>> {
-        if &self.after != after || (self.ends.len() < chunks && !self.exhausted) {
-            return None;
-        }
-        Some(self.ends.iter().take(chunks).cloned().collect())
-    }
-}
-
-/// What a background read round hands back: its connections, each request's result (a
-/// table's chunks together and in key order), and the splits found for the next round.
-#[derive(Debug)]
-pub(super) struct RoundResult {
-    readers: Vec<SqlSession>,
-    planner: Option<SqlSession>,
-    results: Vec<(Request, Result<ChunkRead>)>,
-    next_splits: Vec<Splits>,
-}
 
 impl BackfillPhase {
     /// The most events one read round places: every reader's chunk and its markers.

@@ -12,25 +12,15 @@ use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use cdc_core::{ChangeEvent, Error, Lsn, Result};
+use cdc_core::{Error, Lsn, Result};
 use cdc_pgoutput::backfill::merge::Comparison;
 
 use super::super::backfill_keys::key_text;
+use super::parts::Held;
 use super::{BackfillPhase, RETRY_DELAY};
 use crate::conn::sql_session::SqlSession;
 use crate::snapshot::compare_keys;
 use crate::source::pending::EventQueue;
-
-/// What waits for the server's comparisons, in stream order.
-#[derive(Debug)]
-pub(super) enum Held {
-    /// A streamed event.
-    Event(ChangeEvent),
-    /// A transaction ended here.
-    End(Lsn),
-    /// The stream was idle up to here.
-    Idle(Lsn),
-}
 
 impl BackfillPhase {
     /// Whether streamed items are held for the server's comparisons.

@@ -18,29 +18,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cdc_core::{BackfillWindow, Error, Lsn, Result};
+use cdc_core::{BackfillWindow, Error, Result};
 use cdc_pgoutput::backfill::merge::ChunkEnd;
 
 use super::super::backfill_progress::{ChunkRecord, Step};
+use super::parts::WholeCopy;
 use super::{BackfillPhase, RETRY_DELAY};
 use crate::conn::sql_session::SqlSession;
 use crate::snapshot::WholeTableRead;
 use crate::source::pending::EventQueue;
-
-/// A table without a primary key being read whole.
-#[derive(Debug)]
-pub(super) struct WholeCopy {
-    /// The table's index in the merge.
-    index: usize,
-    catalog_index: usize,
-    read: WholeTableRead,
-    /// The copy's snapshot (text form, for the token) and position.
-    snapshot: String,
-    until: Lsn,
-    /// The next piece's chunk number, and rows placed so far.
-    next_chunk: u64,
-    rows: u64,
-}
 
 impl BackfillPhase {
     /// Whether a table without a primary key waits to be read and it is time to start.
