@@ -32,8 +32,8 @@ pub use event::{
 pub use lsn::{Lsn, ParseLsnError, Position};
 #[cfg(feature = "runtime")]
 pub use pipeline::{
-    ChangeOp, CheckpointStats, Pipeline, PipelineConfig, PipelineStats, RunEnd, RunSummary,
-    ShutdownHandle, StatsSnapshot, TableSnapshotProgress,
+    ChangeOp, CheckpointStats, OpCounts, Pipeline, PipelineConfig, PipelineStats, RunEnd,
+    RunSummary, ShutdownHandle, StatsSnapshot, TableCounts, TableSnapshotProgress,
 };
 pub use schema::{ColumnSchema, ColumnType, ReplicaIdentity, SchemaRef, TableSchema};
 #[cfg(feature = "runtime")]

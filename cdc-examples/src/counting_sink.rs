@@ -1,53 +1,24 @@
 //! [`CountingSink`]: wraps any [`Sink`] and counts what reaches it, per table and
 //! operation, for summaries and progress displays.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use async_trait::async_trait;
 use cdc_core::{
     Ack, Acknowledger, ChangeEvent, EventKind, Lsn, Result, ResumeToken, Sink, SinkBatch,
-    SnapshotMarker, TableName,
+    SnapshotMarker, TableCounts,
 };
-use serde::Serialize;
 
-/// Changes of one table (or of all tables), by operation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct OpCounts {
-    /// Rows copied by the initial snapshot.
-    pub snapshot: u64,
-    /// Streamed inserts.
-    pub insert: u64,
-    /// Streamed updates.
-    pub update: u64,
-    /// Streamed deletes.
-    pub delete: u64,
-    /// TRUNCATE statements that included the table.
-    pub truncate: u64,
-}
-
-impl OpCounts {
-    /// Every change, snapshot rows included.
-    pub fn total(&self) -> u64 {
-        self.snapshot + self.insert + self.update + self.delete + self.truncate
-    }
-
-    /// Adds `other`'s counts.
-    pub fn add(&mut self, other: &OpCounts) {
-        self.snapshot += other.snapshot;
-        self.insert += other.insert;
-        self.update += other.update;
-        self.delete += other.delete;
-        self.truncate += other.truncate;
-    }
-}
+pub use cdc_core::OpCounts;
 
 /// Everything counted so far. Only batches the inner sink accepted are counted.
 #[derive(Clone, Debug, Default)]
 pub struct Counts {
-    /// Changes per table.
-    pub tables: BTreeMap<TableName, OpCounts>,
+    /// Changes per table, and each table's snapshot progress (counted as the pipeline's
+    /// statistics count them: an insert is a snapshot row while its table's copy is
+    /// being written).
+    pub tables: TableCounts,
     /// Transactions (commits) written.
     pub transactions: u64,
     /// Commit LSN of the first transaction written.
@@ -56,14 +27,8 @@ pub struct Counts {
     pub last_lsn: Option<Lsn>,
     /// A snapshot is being copied (between its start and completion markers).
     pub snapshot_running: bool,
-    /// Inside an online snapshot chunk (between its start and completion markers).
-    pub in_chunk: bool,
     /// The snapshot's completion marker was written.
     pub snapshot_complete: bool,
-    /// Rows of the current snapshot written so far.
-    pub snapshot_rows: u64,
-    /// Tables whose snapshot copy completed.
-    pub snapshot_tables_done: u64,
     /// When the sink was opened (the run started).
     pub opened: Option<Instant>,
     /// When the current snapshot started (its first rows may arrive in the same batch as
@@ -75,31 +40,10 @@ pub struct Counts {
     pub consistent_point: Option<Lsn>,
 }
 
-/// Applies `update` to the counts of `name`, created on first use. Not `entry`: that
-/// would clone the name (two allocations) for every event, a fifth of a snapshot's
-/// sink-side CPU.
-fn table_counts(
-    tables: &mut BTreeMap<TableName, OpCounts>,
-    name: &TableName,
-    update: impl FnOnce(&mut OpCounts),
-) {
-    if let Some(counts) = tables.get_mut(name) {
-        update(counts);
-        return;
-    }
-    let mut counts = OpCounts::default();
-    update(&mut counts);
-    tables.insert(name.clone(), counts);
-}
-
 impl Counts {
     /// The counts over all tables.
     pub fn totals(&self) -> OpCounts {
-        let mut total = OpCounts::default();
-        for counts in self.tables.values() {
-            total.add(counts);
-        }
-        total
+        self.tables.totals()
     }
 
     /// Streamed changes (not snapshot rows) over all tables.
@@ -108,40 +52,30 @@ impl Counts {
         t.insert + t.update + t.delete + t.truncate
     }
 
-    /// Counts a batch's events. A run of row changes of one kind to one table (a snapshot
-    /// chunk, a bulk insert) is counted at once: the map look-up by table name per event
-    /// cost more than the rest of the counting.
+    /// Rows of the current snapshot written so far.
+    pub fn snapshot_rows(&self) -> u64 {
+        self.tables.snapshot_rows()
+    }
+
+    /// Tables whose snapshot copy completed.
+    pub fn snapshot_tables_done(&self) -> u64 {
+        self.tables.snapshot_tables_done()
+    }
+
+    /// Counts a batch's events: per table in [`TableCounts`], the rest here (row changes
+    /// come in runs, whose first event stands for the run).
     fn record_all(&mut self, events: &[ChangeEvent]) {
+        self.tables.record_all(events);
         for run in events.chunk_by(ChangeEvent::same_row_run) {
             if let Some(first) = run.first() {
-                self.record_times(first, run.len() as u64);
+                self.record_marker(first);
             }
         }
     }
 
-    /// Counts `event` as if written `times` times (`times` > 1 only for row changes).
-    fn record_times(&mut self, event: &ChangeEvent, times: u64) {
-        let now = || Instant::now();
+    /// What `event` changes beyond the per-table counts.
+    fn record_marker(&mut self, event: &ChangeEvent) {
         match &event.kind {
-            EventKind::Insert { table, .. } => {
-                if self.snapshot_running || self.in_chunk {
-                    table_counts(&mut self.tables, &table.name, |c| c.snapshot += times);
-                    self.snapshot_rows += times;
-                } else {
-                    table_counts(&mut self.tables, &table.name, |c| c.insert += times);
-                }
-            }
-            EventKind::Update { table, .. } => {
-                table_counts(&mut self.tables, &table.name, |c| c.update += times);
-            }
-            EventKind::Delete { table, .. } => {
-                table_counts(&mut self.tables, &table.name, |c| c.delete += times);
-            }
-            EventKind::Truncate { tables, .. } => {
-                for table in tables {
-                    table_counts(&mut self.tables, &table.name, |c| c.truncate += 1);
-                }
-            }
             EventKind::Commit(commit) => {
                 self.transactions += 1;
                 self.first_lsn.get_or_insert(commit.commit_lsn);
@@ -152,22 +86,8 @@ impl Counts {
                 self.snapshot_complete = false;
                 self.snapshot_started = Some(match self.opened {
                     Some(opened) if self.transactions == 0 => opened,
-                    _ => now(),
+                    _ => Instant::now(),
                 });
-            }
-            EventKind::Snapshot(SnapshotMarker::Restarted) => {
-                // The sink discards the abandoned snapshot's rows; so do the counts.
-                for counts in self.tables.values_mut() {
-                    counts.snapshot = 0;
-                }
-                self.snapshot_rows = 0;
-                self.snapshot_tables_done = 0;
-            }
-            EventKind::Snapshot(SnapshotMarker::TableStarted(table)) => {
-                self.tables.entry(table.clone()).or_default();
-            }
-            EventKind::Snapshot(SnapshotMarker::TableCompleted { .. }) => {
-                self.snapshot_tables_done += 1;
             }
             EventKind::Snapshot(SnapshotMarker::Completed { consistent_point }) => {
                 self.snapshot_running = false;
@@ -177,13 +97,7 @@ impl Counts {
                     .snapshot_started
                     .map(|started| started.elapsed().as_secs_f64());
             }
-            // Online snapshot: the rows between these markers are the chunk's copy.
-            EventKind::Snapshot(SnapshotMarker::ChunkStarted { table, .. }) => {
-                self.tables.entry(table.clone()).or_default();
-                self.in_chunk = true;
-            }
-            EventKind::Snapshot(SnapshotMarker::ChunkCompleted { .. }) => self.in_chunk = false,
-            EventKind::Begin(_) | EventKind::SchemaChange { .. } | EventKind::Message { .. } => {}
+            _ => {}
         }
     }
 }
@@ -285,7 +199,7 @@ mod tests {
 
     use cdc_core::{
         BatchId, ChangeBatch, ColumnSchema, ColumnType, Position, ReplicaIdentity, SourceIdentity,
-        TableSchema, TxCommit, Value,
+        TableName, TableSchema, TxCommit, Value,
     };
 
     use super::*;
@@ -368,7 +282,14 @@ mod tests {
         };
         sink.write(batch(vec![
             EventKind::Snapshot(SnapshotMarker::Started),
+            EventKind::Snapshot(SnapshotMarker::TableStarted(t.name.clone())),
             insert(),
+            insert(),
+            EventKind::Snapshot(SnapshotMarker::TableCompleted {
+                table: t.name.clone(),
+                rows: 2,
+            }),
+            // Streamed while an online snapshot runs, outside the table's copy: an insert.
             insert(),
         ]))
         .await
@@ -392,8 +313,12 @@ mod tests {
         .await
         .unwrap();
         let counts = tally.counts();
-        let table = counts.tables[&TableName::new("public", "t")];
-        assert_eq!((table.snapshot, table.insert, table.delete), (2, 1, 1));
+        let table = counts.tables.by_table()[&TableName::new("public", "t")];
+        assert_eq!((table.snapshot, table.insert, table.delete), (2, 2, 1));
+        assert_eq!(
+            (counts.snapshot_rows(), counts.snapshot_tables_done()),
+            (2, 1)
+        );
         assert_eq!(counts.first_lsn, Some(Lsn(100)));
         assert!(counts.snapshot_complete && !counts.snapshot_running);
     }
@@ -429,8 +354,17 @@ mod tests {
             delete(&b),
             delete(&b),
             EventKind::Snapshot(SnapshotMarker::Started),
+            EventKind::Snapshot(SnapshotMarker::ChunkStarted {
+                table: b.name.clone(),
+                chunk: 0,
+            }),
             insert(&b),
             insert(&b),
+            EventKind::Snapshot(SnapshotMarker::ChunkCompleted {
+                table: b.name.clone(),
+                chunk: 0,
+                rows: 2,
+            }),
             EventKind::Snapshot(SnapshotMarker::Completed {
                 consistent_point: Lsn(90),
             }),
@@ -440,12 +374,12 @@ mod tests {
         .unwrap();
         let counts = tally.counts();
         let of = |name: &str| {
-            let c = counts.tables[&TableName::new("public", name)];
+            let c = counts.tables.by_table()[&TableName::new("public", name)];
             (c.snapshot, c.insert, c.update, c.delete)
         };
         assert_eq!(of("a"), (0, 3, 2, 1));
         assert_eq!(of("b"), (2, 2, 0, 2));
-        assert_eq!(counts.snapshot_rows, 2);
+        assert_eq!(counts.snapshot_rows(), 2);
     }
 
     #[tokio::test]
@@ -464,6 +398,6 @@ mod tests {
             .await;
         assert!(result.is_err());
         let counts = tally.counts();
-        assert!(counts.tables.is_empty() && !counts.snapshot_running);
+        assert!(counts.tables.by_table().is_empty() && !counts.snapshot_running);
     }
 }

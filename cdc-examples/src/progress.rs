@@ -119,8 +119,8 @@ impl Screen {
             self.announced_snapshot = true;
             eprintln!(
                 "pgcdc: snapshot complete: {} rows of {} tables in {:.1}s; streaming from {}",
-                counts.snapshot_rows,
-                counts.snapshot_tables_done,
+                counts.snapshot_rows(),
+                counts.snapshot_tables_done(),
                 counts.snapshot_duration_secs.unwrap_or_default(),
                 counts.consistent_point.unwrap_or_default()
             );
@@ -166,7 +166,7 @@ impl Screen {
 
     fn snapshot_progress(&mut self, counts: &Counts) {
         let estimate = self.info.estimated_rows();
-        let rows = counts.snapshot_rows;
+        let rows = counts.snapshot_rows();
         if self.tty {
             let bar = self.bar.get_or_insert_with(|| new_bar(estimate));
             if let Some(estimate) = estimate {
@@ -181,7 +181,7 @@ impl Screen {
             let total = estimate.map_or_else(String::new, |e| format!(" of ~{e}"));
             eprintln!(
                 "pgcdc: snapshot: {rows}{total} rows copied, {} of {} tables done, {rate:.0} rows/s",
-                counts.snapshot_tables_done,
+                counts.snapshot_tables_done(),
                 self.info.tables().len()
             );
             self.last_rows = rows;

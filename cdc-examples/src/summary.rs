@@ -83,8 +83,8 @@ impl Summary {
             .snapshot_started
             .is_some()
             .then_some(SnapshotSummary {
-                rows: counts.snapshot_rows,
-                tables: counts.snapshot_tables_done,
+                rows: counts.snapshot_rows(),
+                tables: counts.snapshot_tables_done(),
                 complete: counts.snapshot_complete,
                 consistent_point: counts.consistent_point,
                 duration_secs: counts.snapshot_duration_secs,
@@ -96,6 +96,7 @@ impl Summary {
             resumed,
             tables: counts
                 .tables
+                .by_table()
                 .iter()
                 .map(|(name, ops)| (name.to_string(), *ops))
                 .collect(),
@@ -192,14 +193,32 @@ mod tests {
     #[test]
     fn text_and_json_name_tables_and_positions() {
         let mut counts = Counts::default();
-        counts.tables.insert(
-            TableName::new("public", "orders"),
-            OpCounts {
-                insert: 3,
-                delete: 1,
-                ..OpCounts::default()
-            },
-        );
+        let orders = std::sync::Arc::new(cdc_core::TableSchema {
+            name: TableName::new("public", "orders"),
+            relation_id: 1,
+            columns: Vec::new(),
+            replica_identity: cdc_core::ReplicaIdentity::Default,
+            primary_key: Vec::new(),
+        });
+        let event = |kind| cdc_core::ChangeEvent {
+            position: cdc_core::Position::new(Lsn(1), 0),
+            kind,
+        };
+        let insert = || {
+            event(cdc_core::EventKind::Insert {
+                table: orders.clone(),
+                new: Vec::new(),
+            })
+        };
+        counts.tables.record_all(&[
+            insert(),
+            insert(),
+            insert(),
+            event(cdc_core::EventKind::Delete {
+                table: orders.clone(),
+                old: None,
+            }),
+        ]);
         counts.transactions = 4;
         counts.first_lsn = Some(Lsn(0x10));
         counts.last_lsn = Some(Lsn(0x1_0000_0020));

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use stats::{CheckpointStats, PipelineStats, StatsSnapshot};
-pub use table_counts::{ChangeOp, TableSnapshotProgress};
+pub use table_counts::{ChangeOp, OpCounts, TableCounts, TableSnapshotProgress};
 pub use watermark::Watermark;
 
 use crate::{

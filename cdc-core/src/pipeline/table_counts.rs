@@ -1,8 +1,13 @@
 //! Changes written to the sink per table and operation, and the initial snapshot's progress
 //! per table, counted from the batches the pipeline writes (so they count what the sink
-//! was handed, not what the source read).
+//! was handed, not what the source read). The one place that decides what a snapshot row
+//! is: an insert of a table while its copy (a whole table, or one online chunk) is being
+//! written — not every insert between a snapshot's start and end, which under an online
+//! snapshot are mostly the stream's.
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
 
 use crate::{ChangeEvent, EventKind, SnapshotMarker, TableName};
 
@@ -41,9 +46,57 @@ impl ChangeOp {
             ChangeOp::Truncate => "truncate",
         }
     }
+}
 
-    fn index(self) -> usize {
-        self as usize
+/// Changes of one table (or of all tables), by operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OpCounts {
+    /// Rows copied by the initial snapshot (consistent or online).
+    pub snapshot: u64,
+    /// Streamed inserts.
+    pub insert: u64,
+    /// Streamed updates.
+    pub update: u64,
+    /// Streamed deletes.
+    pub delete: u64,
+    /// TRUNCATE statements that included the table.
+    pub truncate: u64,
+}
+
+impl OpCounts {
+    /// Every change, snapshot rows included.
+    pub fn total(&self) -> u64 {
+        self.snapshot + self.insert + self.update + self.delete + self.truncate
+    }
+
+    /// Adds `other`'s counts.
+    pub fn add(&mut self, other: &OpCounts) {
+        self.snapshot += other.snapshot;
+        self.insert += other.insert;
+        self.update += other.update;
+        self.delete += other.delete;
+        self.truncate += other.truncate;
+    }
+
+    /// The count of `op`.
+    pub fn get(&self, op: ChangeOp) -> u64 {
+        match op {
+            ChangeOp::Snapshot => self.snapshot,
+            ChangeOp::Insert => self.insert,
+            ChangeOp::Update => self.update,
+            ChangeOp::Delete => self.delete,
+            ChangeOp::Truncate => self.truncate,
+        }
+    }
+
+    fn slot(&mut self, op: ChangeOp) -> &mut u64 {
+        match op {
+            ChangeOp::Snapshot => &mut self.snapshot,
+            ChangeOp::Insert => &mut self.insert,
+            ChangeOp::Update => &mut self.update,
+            ChangeOp::Delete => &mut self.delete,
+            ChangeOp::Truncate => &mut self.truncate,
+        }
     }
 }
 
@@ -58,10 +111,11 @@ pub struct TableSnapshotProgress {
     pub done: bool,
 }
 
-/// Per-table counters (kept under the stats' lock; updated once per batch).
-#[derive(Debug, Default)]
-pub(super) struct TableCounts {
-    changes: BTreeMap<TableName, [u64; 5]>,
+/// Per-table counters of what a sink was handed: the pipeline's statistics keep one, and
+/// so can a sink wrapper (the CLI's summary). Update it a batch at a time.
+#[derive(Clone, Debug, Default)]
+pub struct TableCounts {
+    changes: BTreeMap<TableName, OpCounts>,
     snapshot: BTreeMap<TableName, TableSnapshotProgress>,
     /// Tables whose copy (a whole table, or one chunk) is being written: their inserts
     /// are snapshot rows.
@@ -71,14 +125,14 @@ pub(super) struct TableCounts {
 impl TableCounts {
     /// Counts one event written to the sink.
     #[cfg(test)]
-    pub(super) fn record(&mut self, event: &ChangeEvent) {
+    pub(crate) fn record(&mut self, event: &ChangeEvent) {
         self.record_times(event, 1);
     }
 
     /// Counts the events of a batch written to the sink. A run of row changes of one
     /// kind to one table (a snapshot chunk, a bulk insert) is counted once for all:
     /// the map look-ups by table name cost more than the rest of the per-row work.
-    pub(super) fn record_all(&mut self, events: &[ChangeEvent]) {
+    pub fn record_all(&mut self, events: &[ChangeEvent]) {
         for run in events.chunk_by(ChangeEvent::same_row_run) {
             if let Some(first) = run.first() {
                 self.record_times(first, run.len() as u64);
@@ -113,11 +167,12 @@ impl TableCounts {
     }
 
     fn count(&mut self, table: &TableName, op: ChangeOp, times: u64) {
+        // Not `entry`: that would clone the name for every run of events.
         match self.changes.get_mut(table) {
-            Some(counts) => counts[op.index()] += times,
+            Some(counts) => *counts.slot(op) += times,
             None => {
-                let mut counts = [0; 5];
-                counts[op.index()] = times;
+                let mut counts = OpCounts::default();
+                *counts.slot(op) += times;
                 self.changes.insert(table.clone(), counts);
             }
         }
@@ -126,12 +181,17 @@ impl TableCounts {
     fn snapshot_marker(&mut self, marker: &SnapshotMarker) {
         match marker {
             SnapshotMarker::Restarted => {
+                // The sink discards the abandoned snapshot's rows; so do the counts.
                 self.snapshot.clear();
                 self.copying.clear();
+                for counts in self.changes.values_mut() {
+                    counts.snapshot = 0;
+                }
             }
             SnapshotMarker::TableStarted(table) => {
                 self.snapshot.entry(table.clone()).or_default().done = false;
                 self.copying.insert(table.clone());
+                self.changes.entry(table.clone()).or_default();
             }
             SnapshotMarker::TableCompleted { table, .. } => {
                 self.snapshot.entry(table.clone()).or_default().done = true;
@@ -140,6 +200,7 @@ impl TableCounts {
             SnapshotMarker::ChunkStarted { table, .. } => {
                 self.snapshot.entry(table.clone()).or_default();
                 self.copying.insert(table.clone());
+                self.changes.entry(table.clone()).or_default();
             }
             SnapshotMarker::ChunkCompleted { table, .. } => {
                 self.snapshot.entry(table.clone()).or_default().chunks += 1;
@@ -150,18 +211,43 @@ impl TableCounts {
     }
 
     /// `(table, op, count)` for every table seen.
-    pub(super) fn changes(&self) -> Vec<(TableName, ChangeOp, u64)> {
+    pub fn changes(&self) -> Vec<(TableName, ChangeOp, u64)> {
         self.changes
             .iter()
             .flat_map(|(table, counts)| {
                 ChangeOp::ALL
                     .iter()
-                    .map(move |op| (table.clone(), *op, counts[op.index()]))
+                    .map(move |op| (table.clone(), *op, counts.get(*op)))
             })
             .collect()
     }
 
-    pub(super) fn snapshot(&self) -> Vec<(TableName, TableSnapshotProgress)> {
+    /// Each table's counts.
+    pub fn by_table(&self) -> &BTreeMap<TableName, OpCounts> {
+        &self.changes
+    }
+
+    /// The counts over all tables.
+    pub fn totals(&self) -> OpCounts {
+        let mut total = OpCounts::default();
+        for counts in self.changes.values() {
+            total.add(counts);
+        }
+        total
+    }
+
+    /// Rows of the current snapshot written so far (since the last restart), all tables.
+    pub fn snapshot_rows(&self) -> u64 {
+        self.snapshot.values().map(|p| p.rows).sum()
+    }
+
+    /// Tables whose snapshot copy completed (since the last restart).
+    pub fn snapshot_tables_done(&self) -> u64 {
+        self.snapshot.values().filter(|p| p.done).count() as u64
+    }
+
+    /// Each table's snapshot progress.
+    pub fn snapshot(&self) -> Vec<(TableName, TableSnapshotProgress)> {
         self.snapshot
             .iter()
             .map(|(t, p)| (t.clone(), p.clone()))

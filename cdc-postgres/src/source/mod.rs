@@ -366,8 +366,7 @@ impl Source for PgSource {
     async fn start(&mut self, resume: Option<&ResumeToken>) -> Result<Lsn> {
         // A previous consumer's walsender may still hold the slot for a moment, the server
         // may be restarting: transient failures are retried like a lost connection.
-        let policy = self.options.reconnect;
-        let mut attempt = 0;
+        let mut retries = options::Retries::new(self.options.reconnect, "attempts to start");
         loop {
             match start::start(self, resume).await {
                 Ok(lsn) => {
@@ -385,10 +384,8 @@ impl Source for PgSource {
                     self.stats.started(copying);
                     return Ok(lsn);
                 }
-                Err(e) if e.is_transient() && policy.max_attempts.is_none_or(|m| attempt < m) => {
-                    tracing::warn!(attempt, error = %e, "cannot start yet; retrying");
-                    tokio::time::sleep(policy.delay(attempt)).await;
-                    attempt += 1;
+                Err(e) if e.is_transient() => {
+                    tokio::time::sleep(retries.after_failure(e)?).await;
                 }
                 Err(e) => return Err(e),
             }

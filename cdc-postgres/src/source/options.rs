@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use cdc_core::Lsn;
+use cdc_core::{Error, Lsn};
 
 use crate::conn::{SourceConfig, StreamOptions};
 use cdc_pgoutput::changes::{MessageFilter, SchemaChangePolicy};
@@ -136,9 +136,88 @@ impl ReconnectPolicy {
     }
 }
 
+/// The retry decisions for one operation that fails transiently (a reconnect, a start, a
+/// snapshot taken again), by a [`ReconnectPolicy`]: how long to wait before the next
+/// attempt, or that it is time to give up. No clock and no sleeping here: the caller waits
+/// and tries, and reports each transient failure.
+#[derive(Debug)]
+pub(crate) struct Retries {
+    policy: ReconnectPolicy,
+    /// What is retried, for the error when giving up (`reconnect attempts`, …).
+    what: &'static str,
+    attempt: u32,
+}
+
+impl Retries {
+    pub(crate) fn new(policy: ReconnectPolicy, what: &'static str) -> Self {
+        Retries {
+            policy,
+            what,
+            attempt: 0,
+        }
+    }
+
+    /// After the transient failure `error`: the delay before the next attempt, or — after
+    /// the policy's last attempt — the error to stop with (of `error`'s kind, naming how
+    /// many attempts were made, with `error` as its source).
+    pub(crate) fn after_failure(&mut self, error: Error) -> Result<Duration, Error> {
+        let attempt = self.attempt;
+        if self.policy.max_attempts.is_some_and(|max| attempt >= max) {
+            return Err(Error::new(
+                error.kind(),
+                format!("giving up after {attempt} {}", self.what),
+            )
+            .with_source(error));
+        }
+        tracing::warn!(attempt, error = %error, "{} failed; retrying", self.what);
+        self.attempt = attempt.saturating_add(1);
+        Ok(self.policy.delay(attempt))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retries_wait_longer_then_give_up_with_the_last_error() {
+        let policy = ReconnectPolicy {
+            max_attempts: Some(3),
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+        };
+        let mut retries = Retries::new(policy, "reconnect attempts");
+        let mut delays = Vec::new();
+        for n in 0..3 {
+            let delay = retries
+                .after_failure(Error::transient(format!("lost {n}")))
+                .expect("within the attempts");
+            delays.push(delay);
+        }
+        // Exponential within the jitter: 100, 200, 400 ms ± 25%.
+        assert!(delays[0] < delays[2], "{delays:?}");
+        assert!(delays[2] >= Duration::from_millis(300), "{delays:?}");
+        let gave_up = retries
+            .after_failure(Error::transient("lost 3"))
+            .expect_err("the fourth failure ends it");
+        assert_eq!(gave_up.kind(), cdc_core::ErrorKind::Transient);
+        let text = format!("{gave_up:#}");
+        assert!(
+            text.contains("giving up after 3 reconnect attempts"),
+            "{text}"
+        );
+        // Forever: never gives up.
+        let mut forever = Retries::new(
+            ReconnectPolicy {
+                max_attempts: None,
+                ..policy
+            },
+            "starts",
+        );
+        for _ in 0..1000 {
+            assert!(forever.after_failure(Error::transient("x")).is_ok());
+        }
+    }
 
     #[test]
     fn delays_are_capped_jittered_and_never_overflow() {

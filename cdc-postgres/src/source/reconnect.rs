@@ -4,6 +4,7 @@
 
 use cdc_core::{Error, Lsn, Result};
 
+use super::options::Retries;
 use super::stats::SourceState;
 use super::{PgSource, start};
 use crate::conn::ReplicationConnection;
@@ -17,20 +18,10 @@ impl PgSource {
         self.stats
             .set_state(SourceState::Reconnecting, Some(cause.to_string()));
         self.reported_state = SourceState::Reconnecting;
-        let policy = self.options.reconnect;
+        let mut retries = Retries::new(self.options.reconnect, "reconnect attempts");
         let mut last = cause;
-        let mut attempt = 0;
         loop {
-            if policy.max_attempts.is_some_and(|max| attempt >= max) {
-                return Err(Error::new(
-                    last.kind(),
-                    format!("giving up after {attempt} reconnect attempts"),
-                )
-                .with_source(last));
-            }
-            tracing::warn!(attempt, error = %last, "replication connection lost; reconnecting");
-            tokio::time::sleep(policy.delay(attempt)).await;
-            attempt += 1;
+            tokio::time::sleep(retries.after_failure(last)?).await;
             match self.resume_stream().await {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_transient() => last = e,
@@ -41,20 +32,10 @@ impl PgSource {
 
     /// Takes the snapshot again after a transient failure, with backoff.
     pub(super) async fn retry_snapshot(&mut self, cause: Error) -> Result<()> {
-        let policy = self.options.reconnect;
+        let mut retries = Retries::new(self.options.reconnect, "attempts at the snapshot");
         let mut last = cause;
-        let mut attempt = 0;
         loop {
-            if policy.max_attempts.is_some_and(|max| attempt >= max) {
-                return Err(Error::new(
-                    last.kind(),
-                    format!("giving up on the snapshot after {attempt} attempts"),
-                )
-                .with_source(last));
-            }
-            tracing::warn!(attempt, error = %last, "snapshot interrupted; taking it again");
-            tokio::time::sleep(policy.delay(attempt)).await;
-            attempt += 1;
+            tokio::time::sleep(retries.after_failure(last)?).await;
             match start::restart_snapshot(self).await {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_transient() => last = e,
