@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use cdc_core::{
-    ChangeBatch, ChangeEvent, ConfirmHandle, Error, ErrorKind, Lsn, Position, Result, ResumeToken,
-    Source, SourceIdentity,
+    ChangeBatch, ChangeEvent, ConfirmHandle, Error, ErrorKind, Lsn, Result, ResumeToken, Source,
+    SourceIdentity,
 };
 
 pub use options::{PgSourceOptions, ReconnectPolicy};
@@ -43,6 +43,7 @@ use crate::catalog::CatalogTable;
 use crate::conn::{PgOutputOptions, ReplicationConnection, ReplicationStream};
 use crate::wal_page::WalPages;
 use cdc_pgoutput::changes::{AssemblerConfig, ChangeAssembler};
+use cdc_pgoutput::machine::batches::{BatchRules, Batches};
 use cdc_pgoutput::protocol::pgoutput::{DecoderOptions, ProtocolVersion};
 use cdc_pgoutput::protocol::replication::ServerMessage;
 
@@ -71,15 +72,9 @@ pub struct PgSource {
     /// The server's `shared_buffers` in pages (0: unknown); see `snapshot::copy::plan`.
     shared_buffer_pages: i64,
     slot: String,
-    pending: VecDeque<Pending>,
-    /// The batch being built; kept here so a cancelled `next_batch` loses nothing.
-    building: ChangeBatch,
-    building_since: Option<Instant>,
-    /// Highest position put into a batch (dedup after reconnect).
-    queued_upto: Option<Position>,
-    /// What the batches handed out cover (for tokens).
-    covered_position: Option<Position>,
-    covered_end: Option<Lsn>,
+    /// The pending queue, the batch being built (kept here so a cancelled `next_batch`
+    /// loses nothing) and what the handed-out batches cover.
+    batches: Batches,
     /// Highest keepalive WAL end seen outside a transaction: idle progress (no further
     /// than a waiting prepared transaction's PREPARE).
     idle_wal_end: Lsn,
@@ -114,9 +109,6 @@ pub struct PgSource {
     stream_had_turn: bool,
     /// The batch being built already took what the stream had read (see `next_batch`).
     took_ready: bool,
-    /// The batch being built holds a chunk's `ChunkStarted` but not yet its
-    /// `ChunkCompleted`: the batch limits wait for the chunk's end (see `fill`).
-    building_chunk: bool,
     stats: SourceStats,
     /// The state last reported to `stats`.
     reported_state: SourceState,
@@ -126,6 +118,12 @@ pub struct PgSource {
 impl PgSource {
     /// A source with `options`; nothing connects before [`Source::start`].
     pub fn new(options: PgSourceOptions) -> Self {
+        let limits = options.config.batch;
+        let rules = BatchRules {
+            max_events: limits.max_events,
+            max_bytes: limits.max_bytes,
+            max_latency: limits.max_latency,
+        };
         PgSource {
             slot: options.config.slot_name(),
             options,
@@ -137,12 +135,7 @@ impl PgSource {
             pgoutput: None,
             server_version: 0,
             shared_buffer_pages: 0,
-            pending: VecDeque::new(),
-            building: ChangeBatch::new(),
-            building_since: None,
-            queued_upto: None,
-            covered_position: None,
-            covered_end: None,
+            batches: Batches::new(rules),
             idle_wal_end: Lsn::ZERO,
             stream_passed: Lsn::ZERO,
             last_progress_batch: None,
@@ -159,7 +152,6 @@ impl PgSource {
             backfill_progress: None,
             stream_had_turn: true,
             took_ready: false,
-            building_chunk: false,
             stats: SourceStats::default(),
             reported_state: SourceState::Starting,
             slot_poller: None,
@@ -223,21 +215,21 @@ impl PgSource {
     }
 
     fn latency_expired(&self) -> bool {
-        self.building_since
-            .is_some_and(|t| t.elapsed() >= self.options.config.batch.max_latency)
+        self.batches.latency_expired(Instant::now())
     }
 
     fn reached_end(&self) -> bool {
         !self.holding()
             && self.options.end_lsn.is_some_and(|end| {
-                self.building
+                self.batches
+                .building()
                 .commit_end
-                .or(self.covered_end)
+                .or(self.batches.covered_end())
                 .is_some_and(|c| c >= end)
                 || self.idle_wal_end >= end
                 || self.stream_passed >= end
                 // Already confirmed at or past the end when the stream started.
-                || (self.confirmed >= end && self.pending.is_empty() && self.inbox.is_empty())
+                || (self.confirmed >= end && self.batches.pending_len() == 0 && self.inbox.is_empty())
             })
     }
 
@@ -297,12 +289,13 @@ impl PgSource {
     fn queue_scratch(&mut self) -> Result<()> {
         match self.backfill.as_mut() {
             None => self
-                .pending
+                .batches
+                .pending_mut()
                 .extend(self.scratch.drain(..).map(Pending::Event)),
             Some(backfill) => {
                 for event in self.scratch.drain(..) {
                     if let Some(event) = backfill.on_event(event)? {
-                        self.pending.push_back(Pending::Event(event));
+                        self.batches.push_event(event);
                     }
                 }
             }
@@ -344,7 +337,7 @@ impl PgSource {
         let end = held_back(end, hold);
         // Behind events held for the server's key comparisons, the end waits with them.
         if !self.backfill.as_mut().is_some_and(|b| b.hold_end(end)) {
-            self.pending.push_back(Pending::End(end));
+            self.batches.push_end(end);
         }
     }
 
@@ -442,13 +435,16 @@ impl PgSource {
                     return Err(Error::config("next_batch called before start"));
                 }
                 Phase::Ended => {
-                    if !self.building.is_empty() || self.building.commit_end > self.covered_end {
+                    let building = self.batches.building();
+                    if !building.is_empty() || building.commit_end > self.batches.covered_end() {
                         return Ok(Some(self.take_batch()));
                     }
                     return Ok(None);
                 }
                 Phase::Snapshot(snapshot) if !snapshot.is_finished() => {
-                    let pulled = snapshot.pull(&mut EventQueue(&mut self.pending)).await;
+                    let pulled = snapshot
+                        .pull(&mut EventQueue(self.batches.pending_mut()))
+                        .await;
                     if let Err(e) = pulled {
                         if !e.is_transient() {
                             return Err(e);
@@ -462,7 +458,7 @@ impl PgSource {
                     // snapshot is acknowledged.
                     let consistent_point = snapshot.consistent_point();
                     start::after_snapshot(self).await?;
-                    self.pending.push_back(Pending::End(consistent_point));
+                    self.batches.push_end(consistent_point);
                     self.fill();
                     self.snapshot_progress = None;
                     // From here the tokens record the table set, every table copied (a
@@ -486,7 +482,7 @@ impl PgSource {
                     || backfill.held_len() >= self.options.config.batch.max_events)
             {
                 backfill
-                    .resolve_held(&mut EventQueue(&mut self.pending))
+                    .resolve_held(&mut EventQueue(self.batches.pending_mut()))
                     .await?;
                 continue;
             }
@@ -497,7 +493,7 @@ impl PgSource {
                 && backfill.copying_whole()
             {
                 backfill
-                    .next_whole_piece(&mut EventQueue(&mut self.pending))
+                    .next_whole_piece(&mut EventQueue(self.batches.pending_mut()))
                     .await?;
                 continue;
             }
@@ -512,16 +508,16 @@ impl PgSource {
                 // The next round starts as soon as this one is placed (see
                 // `finish_round`), not once these rows went out.
                 backfill
-                    .finish_round(&mut EventQueue(&mut self.pending))
+                    .finish_round(&mut EventQueue(self.batches.pending_mut()))
                     .await?;
                 continue;
             }
-            let room = self.pending.len() < self.options.config.batch.max_events;
+            let room = self.batches.pending_len() < self.options.config.batch.max_events;
             // The next round is read while the last one's rows still wait here to go out
             // (at most one round's rows wait, plus a batch): the server reads while this
             // side places and the sink encodes, instead of each waiting for the other.
             let round_room = self.backfill.as_ref().is_some_and(|b| {
-                self.pending.len() < self.options.config.batch.max_events + b.round_events()
+                self.batches.pending_len() < self.options.config.batch.max_events + b.round_events()
             });
             if round_room
                 && let Some(backfill) = self.backfill.as_mut()
@@ -541,7 +537,7 @@ impl PgSource {
                 // After a round whose snapshot missed a transaction the stream passed:
                 // read with the stream paused, which cannot miss one.
                 backfill
-                    .read_round(&mut EventQueue(&mut self.pending))
+                    .read_round(&mut EventQueue(self.batches.pending_mut()))
                     .await?;
                 self.stream_had_turn = false;
                 continue;
@@ -553,7 +549,7 @@ impl PgSource {
                 && backfill.may_place()
             {
                 backfill
-                    .start_whole(&mut EventQueue(&mut self.pending))
+                    .start_whole(&mut EventQueue(self.batches.pending_mut()))
                     .await?;
                 self.stream_had_turn = false;
                 continue;
@@ -567,7 +563,7 @@ impl PgSource {
             // first, once: taking more until nothing arrives would hold a batch for its
             // whole latency limit under a steady load. The sink's pace makes batches
             // large under load (the stream buffers while a batch is written).
-            if !self.building.is_empty() && self.pending.is_empty() {
+            if !self.batches.building().is_empty() && self.batches.pending_len() == 0 {
                 if !self.took_ready
                     && let Some(more) = self.stream.as_mut().and_then(|s| s.try_next_chunk())
                 {
@@ -579,26 +575,21 @@ impl PgSource {
             }
             // Idle progress: nothing pending or being built, and the server's WAL end
             // moved past what the batches cover.
-            let progressed = self.idle_wal_end > self.covered_end.unwrap_or(Lsn::ZERO)
-                && self.idle_wal_end > self.building.commit_end.unwrap_or(Lsn::ZERO);
+            let progressed = self.idle_wal_end > self.batches.covered_end().unwrap_or(Lsn::ZERO)
+                && self.idle_wal_end > self.batches.building().commit_end.unwrap_or(Lsn::ZERO);
             let due = self
                 .last_progress_batch
                 .is_none_or(|t| t.elapsed() >= self.options.progress_interval);
-            if self.building.is_empty() && progressed && due && !self.holding() {
-                self.building.commit_end = Some(self.idle_wal_end);
+            if self.batches.building().is_empty() && progressed && due && !self.holding() {
+                self.batches.idle_progress(self.idle_wal_end);
                 self.last_progress_batch = Some(Instant::now());
                 return Ok(Some(self.take_batch()));
             }
             let backfill_waiting = self.backfill.as_ref().is_some_and(|b| !b.is_finished());
-            let wait = match self.building_since {
-                Some(since) => self
-                    .options
-                    .config
-                    .batch
-                    .max_latency
-                    .saturating_sub(since.elapsed()),
-                None => self.options.progress_interval,
-            };
+            let wait = self
+                .batches
+                .latency_left(Instant::now())
+                .unwrap_or(self.options.progress_interval);
             // With chunks to read, the stream only gets a look-in: what has arrived is
             // processed, then the next chunk is read.
             let wait = if backfill_waiting && !self.stream_had_turn {
@@ -611,8 +602,8 @@ impl PgSource {
             self.stats.caught_up(
                 self.inbox.is_empty()
                     && !self.holding()
-                    && self.pending.is_empty()
-                    && self.building.is_empty()
+                    && self.batches.pending_len() == 0
+                    && self.batches.building().is_empty()
                     && self.between_transactions(),
             );
             let Some(stream) = self.stream.as_mut() else {
@@ -668,9 +659,11 @@ impl PgSource {
             database: String::new(),
             slot: self.slot.clone(),
         });
-        let mut token =
-            ResumeToken::new(identity, self.covered_position.max(batch.last_position()));
-        token.commit_end = self.covered_end.max(batch.commit_end);
+        let mut token = ResumeToken::new(
+            identity,
+            self.batches.covered_position().max(batch.last_position()),
+        );
+        token.commit_end = self.batches.covered_end().max(batch.commit_end);
         token.snapshot = self.snapshot_progress.clone();
         token.backfill = self.backfill_progress.clone();
         token

@@ -4,15 +4,7 @@
 use std::collections::VecDeque;
 
 use cdc_core::{ChangeEvent, Lsn};
-
-/// An item produced but not yet put into a batch.
-#[derive(Debug)]
-pub(super) enum Pending {
-    /// An event for the batch.
-    Event(ChangeEvent),
-    /// A transaction ended here (whether or not it carried events).
-    End(Lsn),
-}
+pub(super) use cdc_pgoutput::machine::batches::Pending;
 
 /// The source's pending queue as the snapshot and backfill phases fill it: what they
 /// produce goes straight in (a queue of their own, moved over afterwards, cost every

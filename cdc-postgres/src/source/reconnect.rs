@@ -49,10 +49,10 @@ impl PgSource {
     fn handed_out_upto(&self) -> Lsn {
         [
             Some(self.confirmed),
-            self.covered_end,
-            self.building.commit_end,
-            self.queued_upto.map(|p| p.commit_lsn),
-            self.covered_position.map(|p| p.commit_lsn),
+            self.batches.covered_end(),
+            self.batches.building().commit_end,
+            self.batches.queued_upto().map(|p| p.commit_lsn),
+            self.batches.covered_position().map(|p| p.commit_lsn),
         ]
         .into_iter()
         .flatten()
@@ -84,22 +84,20 @@ impl PgSource {
             Some(assembler) => assembler.reset_session(),
             None => self.assembler = Some(ChangeAssembler::new(self.assembler_config(version))),
         }
-        self.pending.clear();
-        // A chunk is pushed into the queue whole, so none is half in the batch; should
-        // one be, its end went with the queue and the limits must not wait for it.
-        self.building_chunk = false;
+        self.batches.new_session();
         self.inbox.clear();
         if let Some(backfill) = self.backfill.as_mut() {
             // Chunk rows still queued went with the queue; those already in the batch
             // being built stay and will be handed out. Continue from what that covers,
             // with the stream's new starting point.
+            let batches = &self.batches;
             let kept = backfill.progress_for(
-                self.queued_upto,
-                self.covered_end.max(self.building.commit_end),
-                self.building.events.last(),
+                batches.queued_upto(),
+                batches.covered_end().max(batches.building().commit_end),
+                batches.building().events.last(),
             );
             self.backfill =
-                Some(backfill.for_new_session(kept, self.confirmed, self.queued_upto)?);
+                Some(backfill.for_new_session(kept, self.confirmed, batches.queued_upto())?);
         }
         let stream = conn
             .start_replication(&self.slot, self.confirmed, &pgoutput, self.options.stream)

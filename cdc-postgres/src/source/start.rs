@@ -11,7 +11,7 @@ use cdc_core::{
 use super::backfill_phase::{BackfillOptions, BackfillPhase};
 use super::snapshot_phase::SnapshotPhase;
 use super::table_set::{self, AddedTables};
-use super::{Pending, PgSource, Phase};
+use super::{PgSource, Phase};
 use crate::catalog::{self, CatalogTable};
 use crate::conn::{
     CreateSlotOptions, CreatedSlot, PgOutputOptions, PreflightOptions, ReplicationConnection,
@@ -103,9 +103,9 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
             "the output already holds the complete initial-only snapshot of an earlier run: \
              nothing to do (for a new snapshot, run into an empty output)"
         );
-        source.covered_position = token.position;
-        source.covered_end = token.commit_end;
-        source.queued_upto = token.position;
+        source
+            .batches
+            .resume_after(token.position, token.commit_end);
         repl.close().await;
         source.phase = Phase::Ended;
         return Ok(token.commit_end.unwrap_or(Lsn::ZERO));
@@ -162,9 +162,9 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                     source.slot
                 )));
             }
-            source.covered_position = token.position;
-            source.covered_end = token.commit_end;
-            source.queued_upto = token.position;
+            source
+                .batches
+                .resume_after(token.position, token.commit_end);
             source.confirmed = confirmed;
             let start = confirmed.max(covered);
             start_streaming(source, repl, start).await?;
@@ -224,8 +224,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
             }
             if let Some(token) = resume {
                 // Positions of the new snapshot must order after everything the token saw.
-                source.covered_position = token.position;
-                source.queued_upto = token.position;
+                source.batches.resume_after_position(token.position);
             }
             let online = config.snapshot == SnapshotMode::Online;
             if online {
@@ -261,7 +260,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                         // The sink holds part of an interrupted snapshot (the consistent
                         // mode's, when the mode changed between runs): it drops it first,
                         // as before a consistent snapshot taken again.
-                        let ordinal = match source.queued_upto {
+                        let ordinal = match source.batches.queued_upto() {
                             Some(p) if p.commit_lsn.0 + 1 >= created.consistent_point.0 => {
                                 p.ordinal + 1
                             }
@@ -271,19 +270,17 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                             Lsn(created.consistent_point.0.saturating_sub(1)),
                             ordinal,
                         );
-                        source.pending.push_back(Pending::Event(ChangeEvent {
+                        source.batches.push_event(ChangeEvent {
                             position,
                             kind: EventKind::Snapshot(SnapshotMarker::Restarted),
-                        }));
+                        });
                     }
                     let progress = BackfillPhase::fresh_progress(&source.tables);
                     begin_backfill(source, progress, created.consistent_point)?;
                     // The first token covers the slot's start, as the slot is confirmed
                     // there already (a restart before any streamed transaction must not
                     // find the slot ahead of the token).
-                    source
-                        .pending
-                        .push_back(Pending::End(created.consistent_point));
+                    source.batches.push_end(created.consistent_point);
                 }
                 return Ok(created.consistent_point);
             }
@@ -310,7 +307,7 @@ fn begin_backfill(source: &mut PgSource, progress: BackfillProgress, start: Lsn)
         source.tables.clone(),
         progress,
         start,
-        source.queued_upto,
+        source.batches.queued_upto(),
         backfill_options(source),
     )?;
     if let Some(assembler) = source.assembler.as_mut().filter(|_| phase.copies()) {
@@ -429,8 +426,8 @@ pub(super) async fn begin_snapshot(
         per_table,
         consistent_point,
         restarted,
-        source.queued_upto,
-        &mut EventQueue(&mut source.pending),
+        source.batches.queued_upto(),
+        &mut EventQueue(source.batches.pending_mut()),
     )?;
     // The exported snapshot lives as long as this session stays idle: keep it open,
     // unused, until the copy is done.

@@ -1,0 +1,7 @@
+//! The source's decisions as plain state, no I/O: the first part of the source machine
+//! (issue 45). The driver in `cdc-postgres` performs the I/O and feeds results in.
+//!
+//! - [`batches`]: the pending queue, the batch being built and where it ends, and what
+//!   the handed-out batches cover for resume tokens.
+
+pub mod batches;
