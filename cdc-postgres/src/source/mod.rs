@@ -359,7 +359,11 @@ impl Source for PgSource {
     async fn start(&mut self, resume: Option<&ResumeToken>) -> Result<Lsn> {
         // A previous consumer's walsender may still hold the slot for a moment, the server
         // may be restarting: transient failures are retried like a lost connection.
-        let mut retries = options::Retries::new(self.options.reconnect, "attempts to start");
+        let mut retries = options::Retries::new(
+            self.options.reconnect,
+            "attempts to start",
+            "cannot start yet; retrying",
+        );
         loop {
             match start::start(self, resume).await {
                 Ok(lsn) => {

@@ -145,14 +145,17 @@ pub(crate) struct Retries {
     policy: ReconnectPolicy,
     /// What is retried, for the error when giving up (`reconnect attempts`, …).
     what: &'static str,
+    /// What is logged at each retry (`replication connection lost; reconnecting`, …).
+    doing: &'static str,
     attempt: u32,
 }
 
 impl Retries {
-    pub(crate) fn new(policy: ReconnectPolicy, what: &'static str) -> Self {
+    pub(crate) fn new(policy: ReconnectPolicy, what: &'static str, doing: &'static str) -> Self {
         Retries {
             policy,
             what,
+            doing,
             attempt: 0,
         }
     }
@@ -169,7 +172,7 @@ impl Retries {
             )
             .with_source(error));
         }
-        tracing::warn!(attempt, error = %error, "{} failed; retrying", self.what);
+        tracing::warn!(attempt, error = %error, "{}", self.doing);
         self.attempt = attempt.saturating_add(1);
         Ok(self.policy.delay(attempt))
     }
@@ -186,7 +189,7 @@ mod tests {
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(1),
         };
-        let mut retries = Retries::new(policy, "reconnect attempts");
+        let mut retries = Retries::new(policy, "reconnect attempts", "reconnecting");
         let mut delays = Vec::new();
         for n in 0..3 {
             let delay = retries
@@ -213,6 +216,7 @@ mod tests {
                 ..policy
             },
             "starts",
+            "retrying",
         );
         for _ in 0..1000 {
             assert!(forever.after_failure(Error::transient("x")).is_ok());

@@ -18,7 +18,11 @@ impl PgSource {
         self.stats
             .set_state(SourceState::Reconnecting, Some(cause.to_string()));
         self.reported_state = SourceState::Reconnecting;
-        let mut retries = Retries::new(self.options.reconnect, "reconnect attempts");
+        let mut retries = Retries::new(
+            self.options.reconnect,
+            "reconnect attempts",
+            "replication connection lost; reconnecting",
+        );
         let mut last = cause;
         loop {
             tokio::time::sleep(retries.after_failure(last)?).await;
@@ -32,7 +36,11 @@ impl PgSource {
 
     /// Takes the snapshot again after a transient failure, with backoff.
     pub(super) async fn retry_snapshot(&mut self, cause: Error) -> Result<()> {
-        let mut retries = Retries::new(self.options.reconnect, "attempts at the snapshot");
+        let mut retries = Retries::new(
+            self.options.reconnect,
+            "attempts at the snapshot",
+            "snapshot interrupted; taking it again",
+        );
         let mut last = cause;
         loop {
             tokio::time::sleep(retries.after_failure(last)?).await;
