@@ -3,5 +3,7 @@
 //!
 //! - [`batches`]: the pending queue, the batch being built and where it ends, and what
 //!   the handed-out batches cover for resume tokens.
+//! - [`progress`]: an idle stream's progress and the run's end position.
 
 pub mod batches;
+pub mod progress;

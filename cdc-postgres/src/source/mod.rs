@@ -44,6 +44,7 @@ use crate::conn::{PgOutputOptions, ReplicationConnection, ReplicationStream};
 use crate::wal_page::WalPages;
 use cdc_pgoutput::changes::{AssemblerConfig, ChangeAssembler};
 use cdc_pgoutput::machine::batches::{BatchRules, Batches};
+use cdc_pgoutput::machine::progress::{StreamProgress, held_back};
 use cdc_pgoutput::protocol::pgoutput::{DecoderOptions, ProtocolVersion};
 use cdc_pgoutput::protocol::replication::ServerMessage;
 
@@ -75,13 +76,8 @@ pub struct PgSource {
     /// The pending queue, the batch being built (kept here so a cancelled `next_batch`
     /// loses nothing) and what the handed-out batches cover.
     batches: Batches,
-    /// Highest keepalive WAL end seen outside a transaction: idle progress (no further
-    /// than a waiting prepared transaction's PREPARE).
-    idle_wal_end: Lsn,
-    /// How far the stream has passed (ends and idle keepalives, not held back by
-    /// prepared transactions): where `end_lsn` is compared.
-    stream_passed: Lsn,
-    last_progress_batch: Option<Instant>,
+    /// An idle stream's progress and the end position.
+    progress: StreamProgress,
     confirmed: Lsn,
     /// Where the pipeline reports what may be confirmed.
     confirm: ConfirmHandle,
@@ -119,6 +115,7 @@ impl PgSource {
     /// A source with `options`; nothing connects before [`Source::start`].
     pub fn new(options: PgSourceOptions) -> Self {
         let limits = options.config.batch;
+        let progress = StreamProgress::new(options.progress_interval, options.end_lsn);
         let rules = BatchRules {
             max_events: limits.max_events,
             max_bytes: limits.max_bytes,
@@ -136,9 +133,7 @@ impl PgSource {
             server_version: 0,
             shared_buffer_pages: 0,
             batches: Batches::new(rules),
-            idle_wal_end: Lsn::ZERO,
-            stream_passed: Lsn::ZERO,
-            last_progress_batch: None,
+            progress,
             confirmed: Lsn::ZERO,
             confirm: ConfirmHandle::default(),
             scratch: Vec::new(),
@@ -219,18 +214,11 @@ impl PgSource {
     }
 
     fn reached_end(&self) -> bool {
+        let nothing_waiting = self.batches.pending_len() == 0 && self.inbox.is_empty();
         !self.holding()
-            && self.options.end_lsn.is_some_and(|end| {
-                self.batches
-                .building()
-                .commit_end
-                .or(self.batches.covered_end())
-                .is_some_and(|c| c >= end)
-                || self.idle_wal_end >= end
-                || self.stream_passed >= end
-                // Already confirmed at or past the end when the stream started.
-                || (self.confirmed >= end && self.batches.pending_len() == 0 && self.inbox.is_empty())
-            })
+            && self
+                .progress
+                .reached_end(&self.batches, self.confirmed, nothing_waiting)
     }
 
     /// Passes the pipeline's latest confirmation to the replication stream.
@@ -272,9 +260,8 @@ impl PgSource {
                 // The WAL end a keepalive reports has been decoded and sent: with no
                 // transaction open, nothing before it is still coming.
                 if !assembler.in_transaction() && !assembler.replaying() {
-                    self.stream_passed = self.stream_passed.max(keepalive.wal_end);
-                    let held = held_back(keepalive.wal_end, assembler.confirm_hold());
-                    self.idle_wal_end = self.idle_wal_end.max(held);
+                    self.progress
+                        .idle(keepalive.wal_end, assembler.confirm_hold());
                     if let Some(backfill) = self.backfill.as_mut() {
                         backfill.progress(keepalive.wal_end);
                     }
@@ -333,7 +320,7 @@ impl PgSource {
     /// `hold` (the earliest PREPARE of a prepared transaction still waiting, which the
     /// server sends again only to a session starting at or before it).
     fn push_end(&mut self, end: Lsn, hold: Option<Lsn>) {
-        self.stream_passed = self.stream_passed.max(end);
+        self.progress.passed(end);
         let end = held_back(end, hold);
         // Behind events held for the server's key comparisons, the end waits with them.
         if !self.backfill.as_mut().is_some_and(|b| b.hold_end(end)) {
@@ -347,11 +334,6 @@ impl PgSource {
     fn holding(&self) -> bool {
         self.backfill.as_ref().is_some_and(BackfillPhase::holding)
     }
-}
-
-/// `lsn`, but no further than `hold`.
-fn held_back(lsn: Lsn, hold: Option<Lsn>) -> Lsn {
-    hold.map_or(lsn, |hold| lsn.min(hold))
 }
 
 #[async_trait]
@@ -579,14 +561,11 @@ impl PgSource {
             }
             // Idle progress: nothing pending or being built, and the server's WAL end
             // moved past what the batches cover.
-            let progressed = self.idle_wal_end > self.batches.covered_end().unwrap_or(Lsn::ZERO)
-                && self.idle_wal_end > self.batches.building().commit_end.unwrap_or(Lsn::ZERO);
-            let due = self
-                .last_progress_batch
-                .is_none_or(|t| t.elapsed() >= self.options.progress_interval);
-            if self.batches.building().is_empty() && progressed && due && !self.holding() {
-                self.batches.idle_progress(self.idle_wal_end);
-                self.last_progress_batch = Some(Instant::now());
+            if !self.holding()
+                && self
+                    .progress
+                    .idle_batch_due(Instant::now(), &mut self.batches)
+            {
                 return Ok(Some(self.take_batch()));
             }
             let backfill_waiting = self.backfill.as_ref().is_some_and(|b| !b.is_finished());

@@ -88,6 +88,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
     let segment = repl.show("wal_segment_size").await.ok();
     source.wal = WalPages::from_shown(page.as_deref(), segment.as_deref());
     source.options.end_lsn = source.options.end_lsn.map(|end| source.wal.record_end(end));
+    source.progress.set_end(source.options.end_lsn);
     if let Some(token) = resume {
         let covered = token
             .commit_end
