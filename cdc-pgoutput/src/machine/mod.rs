@@ -4,6 +4,8 @@
 //! - [`batches`]: the pending queue, the batch being built and where it ends, and what
 //!   the handed-out batches cover for resume tokens.
 //! - [`progress`]: an idle stream's progress and the run's end position.
+//! - [`schedule`]: the streaming loop's choice of its next step, and how long it waits.
 
 pub mod batches;
 pub mod progress;
+pub mod schedule;

@@ -17,6 +17,7 @@ use cdc_core::{
 };
 use cdc_pgoutput::backfill::merge::{Backfill, Frontier, TableState, Window};
 use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
+use cdc_pgoutput::machine::schedule::BackfillFacts;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -346,6 +347,23 @@ impl BackfillPhase {
             .pending_tables()
             .filter(|(_, t)| !t.key_columns.is_empty())
             .map(|(i, _)| i)
+    }
+
+    /// What the streaming loop needs to know of the online snapshot to choose its next
+    /// step (`cdc_pgoutput::machine::schedule`).
+    pub(crate) fn facts(&self) -> BackfillFacts {
+        BackfillFacts {
+            wants_resolving: self.wants_resolving(),
+            held: self.held_len(),
+            copying_whole: self.copying_whole(),
+            round_ready: self.round_ready(),
+            round_events: self.round_events(),
+            wants_chunk: self.wants_chunk(),
+            optimistic: self.optimistic(),
+            may_place: self.may_place(),
+            wants_whole: self.wants_whole(),
+            finished: self.is_finished(),
+        }
     }
 
     /// Whether rows are left to copy (a table not yet complete, or one to copy again).

@@ -45,6 +45,7 @@ use crate::wal_page::WalPages;
 use cdc_pgoutput::changes::{AssemblerConfig, ChangeAssembler};
 use cdc_pgoutput::machine::batches::{BatchRules, Batches};
 use cdc_pgoutput::machine::progress::{StreamProgress, held_back};
+use cdc_pgoutput::machine::schedule::{self, LoopFacts, Step};
 use cdc_pgoutput::protocol::pgoutput::{DecoderOptions, ProtocolVersion};
 use cdc_pgoutput::protocol::replication::ServerMessage;
 
@@ -211,6 +212,22 @@ impl PgSource {
 
     fn latency_expired(&self) -> bool {
         self.batches.latency_expired(Instant::now())
+    }
+
+    /// What the streaming loop knows, for `schedule::next_step`.
+    fn loop_facts(&self) -> LoopFacts {
+        LoopFacts {
+            latency_expired: self.latency_expired(),
+            replaying: self.assembler.as_ref().is_some_and(|a| a.replaying()),
+            between_transactions: self.between_transactions(),
+            inbox: self.inbox.len(),
+            pending: self.batches.pending_len(),
+            max_events: self.options.config.batch.max_events,
+            building_empty: self.batches.building().is_empty(),
+            took_ready: self.took_ready,
+            stream_had_turn: self.stream_had_turn,
+            backfill: self.backfill.as_ref().map(BackfillPhase::facts),
+        }
     }
 
     fn reached_end(&self) -> bool {
@@ -454,134 +471,103 @@ impl PgSource {
                 }
                 Phase::Streaming => {}
             }
-            if self.latency_expired() {
-                return Ok(Some(self.take_batch()));
-            }
-            if self.continue_replay()? {
-                continue;
-            }
-            // Events held for the server's key comparisons go on once what has arrived is
-            // taken in (one query for all of them), or once a batch's worth waits.
-            if let Some(backfill) = self.backfill.as_mut()
-                && backfill.wants_resolving()
-                && (self.inbox.is_empty()
-                    || backfill.held_len() >= self.options.config.batch.max_events)
-            {
-                backfill
-                    .resolve_held(&mut EventQueue(self.batches.pending_mut()))
-                    .await?;
-                continue;
-            }
-            // A table without a primary key is read whole while the stream waits (see
-            // `backfill_phase::whole`): its pieces go in one after the other, with nothing from
-            // the stream between them.
-            if let Some(backfill) = self.backfill.as_mut()
-                && backfill.copying_whole()
-            {
-                backfill
-                    .next_whole_piece(&mut EventQueue(self.batches.pending_mut()))
-                    .await?;
-                continue;
-            }
-            // Online snapshot: the next chunks go in between two transactions, while the
-            // stream waits (backpressure reaches the server; status updates go on).
-            // A round read in the background is placed at the next transaction boundary
-            // (if the transactions passed meanwhile are all in its snapshots).
-            if self.between_transactions()
-                && let Some(backfill) = self.backfill.as_mut()
-                && backfill.round_ready()
-            {
-                // The next round starts as soon as this one is placed (see
-                // `finish_round`), not once these rows went out.
-                backfill
-                    .finish_round(&mut EventQueue(self.batches.pending_mut()))
-                    .await?;
-                continue;
-            }
-            let room = self.batches.pending_len() < self.options.config.batch.max_events;
-            // The next round is read while the last one's rows still wait here to go out
-            // (at most one round's rows wait, plus a batch): the server reads while this
-            // side places and the sink encodes, instead of each waiting for the other.
-            let round_room = self.backfill.as_ref().is_some_and(|b| {
-                self.batches.pending_len() < self.options.config.batch.max_events + b.round_events()
-            });
-            if round_room
-                && let Some(backfill) = self.backfill.as_mut()
-                && backfill.wants_chunk()
-                && backfill.optimistic()
-            {
-                // The next chunks are read while the stream and the sink go on.
-                backfill.start_round().await?;
-            } else if self.stream_had_turn
-                && self.inbox.is_empty()
-                && self.between_transactions()
-                && room
-                && let Some(backfill) = self.backfill.as_mut()
-                && backfill.wants_chunk()
-                && backfill.may_place()
-            {
-                // After a round whose snapshot missed a transaction the stream passed:
-                // read with the stream paused, which cannot miss one.
-                backfill
-                    .read_round(&mut EventQueue(self.batches.pending_mut()))
-                    .await?;
-                self.stream_had_turn = false;
-                continue;
-            } else if self.stream_had_turn
-                && self.between_transactions()
-                && room
-                && let Some(backfill) = self.backfill.as_mut()
-                && backfill.wants_whole()
-                && backfill.may_place()
-            {
-                backfill
-                    .start_whole(&mut EventQueue(self.batches.pending_mut()))
-                    .await?;
-                self.stream_had_turn = false;
-                continue;
-            }
-            if let Some(message) = self.inbox.pop_front() {
-                self.process_message(message)?;
-                continue;
-            }
-            // Everything received is processed: hand the batch on now instead of waiting
-            // for its size or latency limit. What the stream had already read goes in
-            // first, once: taking more until nothing arrives would hold a batch for its
-            // whole latency limit under a steady load. The sink's pace makes batches
-            // large under load (the stream buffers while a batch is written).
-            if !self.batches.building().is_empty() && self.batches.pending_len() == 0 {
-                if !self.took_ready
-                    && let Some(more) = self.stream.as_mut().and_then(|s| s.try_next_chunk())
-                {
-                    self.took_ready = true;
-                    self.inbox.extend(more);
+            let facts = self.loop_facts();
+            match schedule::next_step(&facts) {
+                Step::HandOut => return Ok(Some(self.take_batch())),
+                Step::ContinueReplay => {
+                    self.continue_replay()?;
                     continue;
                 }
-                return Ok(Some(self.take_batch()));
+                // Events held for the server's key comparisons go on (one query for all).
+                Step::ResolveHeld => {
+                    if let Some(backfill) = self.backfill.as_mut() {
+                        backfill
+                            .resolve_held(&mut EventQueue(self.batches.pending_mut()))
+                            .await?;
+                    }
+                    continue;
+                }
+                // A table without a primary key is read whole while the stream waits (see
+                // `backfill_phase::whole`): its pieces go in one after the other, with
+                // nothing from the stream between them.
+                Step::NextWholePiece => {
+                    if let Some(backfill) = self.backfill.as_mut() {
+                        backfill
+                            .next_whole_piece(&mut EventQueue(self.batches.pending_mut()))
+                            .await?;
+                    }
+                    continue;
+                }
+                // A round read in the background goes in at a transaction boundary (if the
+                // transactions passed meanwhile are all in its snapshots); the next round
+                // starts as soon as this one is placed, not once these rows went out.
+                Step::FinishRound => {
+                    if let Some(backfill) = self.backfill.as_mut() {
+                        backfill
+                            .finish_round(&mut EventQueue(self.batches.pending_mut()))
+                            .await?;
+                    }
+                    continue;
+                }
+                // The next chunks are read while the stream and the sink go on.
+                Step::StartRound => {
+                    if let Some(backfill) = self.backfill.as_mut() {
+                        backfill.start_round().await?;
+                    }
+                    continue;
+                }
+                // After a round whose snapshot missed a transaction the stream passed:
+                // read with the stream paused, which cannot miss one.
+                Step::ReadRoundPaused => {
+                    if let Some(backfill) = self.backfill.as_mut() {
+                        backfill
+                            .read_round(&mut EventQueue(self.batches.pending_mut()))
+                            .await?;
+                    }
+                    self.stream_had_turn = false;
+                    continue;
+                }
+                Step::StartWhole => {
+                    if let Some(backfill) = self.backfill.as_mut() {
+                        backfill
+                            .start_whole(&mut EventQueue(self.batches.pending_mut()))
+                            .await?;
+                    }
+                    self.stream_had_turn = false;
+                    continue;
+                }
+                Step::ProcessMessage => {
+                    if let Some(message) = self.inbox.pop_front() {
+                        self.process_message(message)?;
+                    }
+                    continue;
+                }
+                // Everything received is processed: what the stream had already read goes
+                // in first, once, then the batch goes out without waiting for its limits.
+                Step::TakeReadyOrHandOut => {
+                    if let Some(more) = self.stream.as_mut().and_then(|s| s.try_next_chunk()) {
+                        self.took_ready = true;
+                        self.inbox.extend(more);
+                        continue;
+                    }
+                    return Ok(Some(self.take_batch()));
+                }
+                Step::Idle => {}
             }
             // Idle progress: nothing pending or being built, and the server's WAL end
             // moved past what the batches cover.
-            if !self.holding()
+            if schedule::may_hand_out_idle_progress(&facts)
                 && self
                     .progress
                     .idle_batch_due(Instant::now(), &mut self.batches)
             {
                 return Ok(Some(self.take_batch()));
             }
-            let backfill_waiting = self.backfill.as_ref().is_some_and(|b| !b.is_finished());
-            let wait = self
-                .batches
-                .latency_left(Instant::now())
-                .unwrap_or(self.options.progress_interval);
-            // With chunks to read, the stream only gets a look-in: what has arrived is
-            // processed, then the next chunk is read.
-            let wait = if backfill_waiting && !self.stream_had_turn {
-                Duration::from_millis(1)
-            } else if backfill_waiting {
-                wait.min(Duration::from_millis(20))
-            } else {
-                wait
-            };
+            let wait = schedule::idle_wait(
+                &facts,
+                self.batches.latency_left(Instant::now()),
+                self.options.progress_interval,
+            );
             self.stats.caught_up(
                 self.inbox.is_empty()
                     && !self.holding()
@@ -607,7 +593,7 @@ impl PgSource {
                         None => std::future::pending().await,
                     }
                 } => continue,
-                _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {
+                _ = tokio::time::sleep(wait) => {
                     self.stream_had_turn = true;
                     continue;
                 }
