@@ -140,6 +140,13 @@ impl TableCounts {
         }
     }
 
+    /// Counts `event` as if written `times` times: the first event of a run of row
+    /// changes of one kind to one table (`ChangeEvent::same_row_run`) stands for the run.
+    /// For a caller that walks a batch's runs itself (and counts more per run).
+    pub fn record_run(&mut self, event: &ChangeEvent, times: u64) {
+        self.record_times(event, times);
+    }
+
     /// Counts `event` as if written `times` times (`times` > 1 only for row changes).
     fn record_times(&mut self, event: &ChangeEvent, times: u64) {
         match &event.kind {

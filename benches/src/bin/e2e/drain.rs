@@ -16,7 +16,8 @@
 //! - `lib-feldera-text`: the same with text tuples;
 //! - `cli-stdout`: the `pgcdc` binary as a user runs it, `pgcdc stream` writing Feldera JSON
 //!   to stdout (`/dev/null`), on the allocator the binary ships with (jemalloc);
-//!   `cli-stdout-unix`: the same over the Unix socket;
+//!   `cli-stdout-unix`: the same over the Unix socket; any `cli-…-base` consumer: the same
+//!   with the earlier build `PGCDC_BENCH_BASE_BIN` names (a regression check in one run);
 //! - `cli-out-dir`: the same with `--out-dir` (durable Feldera JSON files, checkpoint every
 //!   100 ms);
 //! - `cli-jetstream`: `pgcdc stream --sink nats://…` into a stream of a local single-node
@@ -306,6 +307,17 @@ fn cli_consumer(
     nats: Option<&cdc_testkit::NatsCluster>,
     scratch: &std::path::Path,
 ) -> Result<(std::process::Command, Server), String> {
+    // `-base`: the same with the `pgcdc` binary named by PGCDC_BENCH_BASE_BIN (an earlier
+    // build), side by side with this one in one run.
+    let (output, binary) = match output.strip_suffix("-base") {
+        Some(output) => (
+            output,
+            std::path::PathBuf::from(std::env::var("PGCDC_BENCH_BASE_BIN").map_err(|_| {
+                "a -base consumer needs PGCDC_BENCH_BASE_BIN (the earlier pgcdc binary)".to_owned()
+            })?),
+        ),
+        None => (output, runner::pgcdc_binary()?),
+    };
     let (output, uri) = match output.strip_suffix("-unix") {
         Some(output) => (
             output,
@@ -313,7 +325,7 @@ fn cli_consumer(
         ),
         None => (output, cluster.uri("postgres", "postgres", None)),
     };
-    let mut cmd = std::process::Command::new(runner::pgcdc_binary()?);
+    let mut cmd = std::process::Command::new(binary);
     cmd.args(["stream", "--uri", &uri, "--publication", "pub"])
         .args([
             "--table",

@@ -44,6 +44,8 @@ struct Consumer {
     readers: u16,
     /// Write transactions a second during the run (0: none).
     write_tps: u32,
+    /// Run the earlier build `PGCDC_BENCH_BASE_BIN` names instead of this one.
+    base: bool,
 }
 
 impl Consumer {
@@ -53,9 +55,13 @@ impl Consumer {
         } else {
             String::new()
         };
+        let base = if self.base { " (base build)" } else { "" };
         match self.mode {
             "psql" => format!("psql COPY text{writes}"),
-            mode => format!("pgcdc {mode} {} ×{}{writes}", self.output, self.readers),
+            mode => format!(
+                "pgcdc {mode} {} ×{}{writes}{base}",
+                self.output, self.readers
+            ),
         }
     }
 
@@ -103,7 +109,12 @@ pub async fn run(args: &Args) -> Result<(), String> {
         output: "stdout",
         readers: 1,
         write_tps: 0,
+        base: false,
     }];
+    // With PGCDC_BENCH_BASE_BIN, every pgcdc run is made with that earlier build too.
+    let base_binary = std::env::var("PGCDC_BENCH_BASE_BIN")
+        .ok()
+        .map(std::path::PathBuf::from);
     for mode in ["consistent", "online"] {
         if !modes.iter().any(|m| m == mode) {
             continue;
@@ -114,12 +125,18 @@ pub async fn run(args: &Args) -> Result<(), String> {
             }
             for &r in &readers {
                 for &write_tps in &write_rates {
-                    consumers.push(Consumer {
-                        mode,
-                        output,
-                        readers: r,
-                        write_tps,
-                    });
+                    for base in [false, true] {
+                        if base && base_binary.is_none() {
+                            continue;
+                        }
+                        consumers.push(Consumer {
+                            mode,
+                            output,
+                            readers: r,
+                            write_tps,
+                            base,
+                        });
+                    }
                 }
             }
         }
@@ -159,7 +176,11 @@ pub async fn run(args: &Args) -> Result<(), String> {
                     cmd
                 }
                 mode => {
-                    let mut cmd = std::process::Command::new(&binary);
+                    let program = match (&base_binary, consumer.base) {
+                        (Some(base), true) => base.clone(),
+                        _ => binary.clone(),
+                    };
+                    let mut cmd = std::process::Command::new(program);
                     cmd.args([
                         "stream",
                         "--uri",
