@@ -162,6 +162,29 @@ impl Batches {
         })
     }
 
+    /// The highest WAL position of anything that went into a batch (built or handed out),
+    /// or of `confirmed`: what a server must have in its history for the stream to
+    /// continue there after a reconnect (a promoted standby that lagged has not).
+    pub fn handed_out_upto(&self, confirmed: Lsn) -> Lsn {
+        [
+            Some(confirmed),
+            self.covered_end,
+            self.building.commit_end,
+            self.queued_upto.map(|p| p.commit_lsn),
+            self.covered_position.map(|p| p.commit_lsn),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(Lsn::ZERO)
+    }
+
+    /// Whether a run that ended still has a batch to hand out: events built, or progress
+    /// beyond what the handed-out batches cover.
+    pub fn has_final_batch(&self) -> bool {
+        !self.building.is_empty() || self.building.commit_end > self.covered_end
+    }
+
     /// Lets the (empty) batch being built confirm up to `end`: idle progress over
     /// transactions that carried nothing for the sink.
     pub fn idle_progress(&mut self, end: Lsn) {

@@ -192,3 +192,30 @@ fn events_already_handed_out_are_not_queued_again_after_a_reconnect() {
     assert_eq!(batches.pending_len(), 0);
     assert_eq!(batches.building().len(), 2);
 }
+
+#[test]
+fn what_was_handed_out_and_the_final_batch() {
+    let mut batches = Batches::new(BatchRules {
+        max_events: 100,
+        ..RULES
+    });
+    assert_eq!(batches.handed_out_upto(Lsn(50)), Lsn(50));
+    assert!(!batches.has_final_batch());
+    transaction(&mut batches, 100, 1, 108);
+    batches.fill(Instant::now());
+    assert!(batches.has_final_batch());
+    assert_eq!(
+        batches.handed_out_upto(Lsn(50)),
+        Lsn(108),
+        "the batch being built"
+    );
+    batches.take();
+    assert!(!batches.has_final_batch());
+    batches.idle_progress(Lsn(200));
+    assert!(
+        batches.has_final_batch(),
+        "progress beyond what was handed out"
+    );
+    assert_eq!(batches.handed_out_upto(Lsn(50)), Lsn(200));
+    assert_eq!(batches.handed_out_upto(Lsn(300)), Lsn(300));
+}

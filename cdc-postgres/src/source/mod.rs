@@ -438,8 +438,7 @@ impl PgSource {
                     return Err(Error::config("next_batch called before start"));
                 }
                 Phase::Ended => {
-                    let building = self.batches.building();
-                    if !building.is_empty() || building.commit_end > self.batches.covered_end() {
+                    if self.batches.has_final_batch() {
                         return Ok(Some(self.take_batch()));
                     }
                     return Ok(None);

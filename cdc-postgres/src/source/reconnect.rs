@@ -2,7 +2,7 @@
 //! confirmed position, an interrupted consistent snapshot is taken again, both with
 //! backoff, and the online snapshot's bookkeeping follows the new session.
 
-use cdc_core::{Error, Lsn, Result};
+use cdc_core::{Error, Result};
 
 use super::options::Retries;
 use super::stats::SourceState;
@@ -52,22 +52,6 @@ impl PgSource {
         }
     }
 
-    /// The highest WAL position of anything received for a batch: what a new server must
-    /// have in its history for the stream to continue there.
-    fn handed_out_upto(&self) -> Lsn {
-        [
-            Some(self.confirmed),
-            self.batches.covered_end(),
-            self.batches.building().commit_end,
-            self.batches.queued_upto().map(|p| p.commit_lsn),
-            self.batches.covered_position().map(|p| p.commit_lsn),
-        ]
-        .into_iter()
-        .flatten()
-        .max()
-        .unwrap_or(Lsn::ZERO)
-    }
-
     /// Opens a new replication session from the confirmed position.
     async fn resume_stream(&mut self) -> Result<()> {
         self.stream = None;
@@ -78,8 +62,13 @@ impl PgSource {
             // since): it may continue only if everything handed out so far is in its
             // history.
             let current = system.identity(&identity.database, &self.slot);
-            super::start::check_resume_on(&mut conn, &identity, self.handed_out_upto(), &current)
-                .await?;
+            super::start::check_resume_on(
+                &mut conn,
+                &identity,
+                self.batches.handed_out_upto(self.confirmed),
+                &current,
+            )
+            .await?;
             self.identity = Some(current);
         }
         let Some(pgoutput) = self.pgoutput.clone() else {
