@@ -130,6 +130,22 @@ pub struct Comparison {
     pub boundary: Key,
 }
 
+/// A deliberate mistake the simulation must catch (tests only): each breaks one rule of
+/// the proof, and `merge_model_tests::every_deliberate_fault_is_caught` fails if the
+/// simulation's seeds do not find it.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// A chunk is placed without checking that its snapshot shows the passed transactions.
+    NoVisibilityCheck,
+    /// A change at exactly the frontier's key is taken as beyond it (and dropped).
+    FrontierOffByOne,
+    /// A restart forgets the transactions passed but not yet shown.
+    ForgetOnRestart,
+    /// Rule 2 never drops: a change a chunk's snapshot already shows is delivered again.
+    NoWindowDrop,
+}
+
 /// A key's text form (Postgres's), to look comparisons up by.
 type KeyText = Vec<String>;
 
@@ -157,6 +173,9 @@ pub struct Backfill {
     /// Comparisons the server made for tables whose key order only it knows: (table, key,
     /// boundary) → how the key compares with the boundary.
     server_order: HashMap<(usize, KeyText, KeyText), Ordering>,
+    /// A deliberate mistake, for the simulation's fault test.
+    #[cfg(test)]
+    pub(crate) fault: Option<Fault>,
 }
 
 impl Backfill {
@@ -168,6 +187,8 @@ impl Backfill {
             current_xid: None,
             processed,
             server_order: HashMap::new(),
+            #[cfg(test)]
+            fault: None,
         }
     }
 
@@ -287,6 +308,10 @@ impl Backfill {
     /// standby) would be missing from the next chunk for good. Which tables and keys each
     /// reached is not kept: every table's next chunk waits for all of them.
     pub fn with_unshown(mut self, xids: &[u32]) -> Self {
+        #[cfg(test)]
+        if self.fault == Some(Fault::ForgetOnRestart) {
+            return self;
+        }
         for touched in &mut self.touched {
             touched.extend(xids.iter().map(|&xid| (xid, Reach::Everything)));
         }
@@ -380,6 +405,10 @@ impl Backfill {
         let (Some(touched), Some(state)) = (self.touched.get(table), self.tables.get(table)) else {
             return Ok(Vec::new());
         };
+        #[cfg(test)]
+        if self.fault == Some(Fault::NoVisibilityCheck) {
+            return Ok(Vec::new());
+        }
         let mut invisible = Vec::new();
         for (&xid, reach) in touched {
             if snapshot.is_visible_xid32(xid) {
@@ -617,7 +646,12 @@ impl Backfill {
             Frontier::NotStarted => false,
             Frontier::Done => true,
             Frontier::UpTo(frontier) => {
-                self.compare_keys(index, state, &key, frontier)? != Ordering::Greater
+                let ordering = self.compare_keys(index, state, &key, frontier)?;
+                #[cfg(test)]
+                if self.fault == Some(Fault::FrontierOffByOne) && ordering == Ordering::Equal {
+                    return Ok(Side::Drop);
+                }
+                ordering != Ordering::Greater
             }
         };
         if !covered {
@@ -655,6 +689,10 @@ impl Backfill {
                 Some(upto) => self.compare_keys(index, state, &key, upto)? != Ordering::Greater,
             };
             if above && below {
+                #[cfg(test)]
+                if self.fault == Some(Fault::NoWindowDrop) {
+                    return Ok(Side::Deliver);
+                }
                 return Ok(if window.snapshot.is_visible_xid32(xid) {
                     Side::Drop
                 } else {
