@@ -786,13 +786,7 @@ async fn commits_outside_a_round_s_ranges_do_not_make_it_read_again() {
     let handle = MemoryHandle::default();
     let mut options = online(&cluster, &["public.hot"], 250);
     options.snapshot_workers = 2;
-    let source = cdc_postgres::source::PgSource::new(options);
-    let stats = source.stats();
-    let pipeline = cdc_core::Pipeline::new(source, handle.sink(), pipeline_config());
-    let mut running = Running {
-        shutdown: pipeline.shutdown_handle(),
-        task: tokio::spawn(pipeline.run()),
-    };
+    let (mut running, stats) = spawn_with_stats(options, &handle);
     wait_for_snapshot_completed(&handle, 0).await;
     writing.store(false, std::sync::atomic::Ordering::Relaxed);
     let commits = writer.await.unwrap();

@@ -107,8 +107,8 @@ async fn linguistic_collation(cluster: &Cluster) -> String {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keys_only_the_server_orders_are_read_in_chunks_under_concurrent_writes() {
+/// A cluster with the tables, their text keys under [`linguistic_collation`] (returned).
+async fn cluster_with_tables() -> (Cluster, String) {
     let cluster = Cluster::new().await.unwrap();
     let collation = linguistic_collation(&cluster).await;
     // An enum value added out of order (its sort order is not its creation order),
@@ -122,16 +122,16 @@ async fn keys_only_the_server_orders_are_read_in_chunks_under_concurrent_writes(
         .await
         .unwrap();
     cluster.execute(&schema(&collation)).await.unwrap();
+    (cluster, collation)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_only_the_server_orders_are_read_in_chunks_under_concurrent_writes() {
+    let (cluster, collation) = cluster_with_tables().await;
     let handle = MemoryHandle::default();
     let mut options = online(&cluster, &TABLES, 100);
     options.snapshot_workers = 3;
-    let source = cdc_postgres::source::PgSource::new(options);
-    let stats = source.stats();
-    let pipeline = cdc_core::Pipeline::new(source, handle.sink(), pipeline_config());
-    let mut running = Running {
-        shutdown: pipeline.shutdown_handle(),
-        task: tokio::spawn(pipeline.run()),
-    };
+    let (mut running, stats) = spawn_with_stats(options, &handle);
     write_load(&cluster, 0..400).await;
     running
         .wait_for_equal(&cluster, &handle, &TABLES, Duration::from_secs(120))
@@ -170,17 +170,7 @@ async fn keys_only_the_server_orders_are_read_in_chunks_under_concurrent_writes(
 /// `SELECT *` with no position twice and nothing applied that a multiset could not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_ordered_keys_survive_lost_connections() {
-    let cluster = Cluster::new().await.unwrap();
-    let collation = linguistic_collation(&cluster).await;
-    cluster
-        .execute("CREATE TYPE public.mood AS ENUM ('sad', 'ok', 'happy')")
-        .await
-        .unwrap();
-    cluster
-        .execute("ALTER TYPE public.mood ADD VALUE 'meh' BEFORE 'ok'")
-        .await
-        .unwrap();
-    cluster.execute(&schema(&collation)).await.unwrap();
+    let (cluster, _) = cluster_with_tables().await;
     let handle = MemoryHandle::default();
     let mut options = online(&cluster, &TABLES, 20);
     options.snapshot_workers = 2;

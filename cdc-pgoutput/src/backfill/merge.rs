@@ -46,6 +46,7 @@
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use cdc_core::{ChangeEvent, Error, EventKind, Lsn, Row, SchemaRef, TableName, Value};
 
@@ -190,12 +191,6 @@ impl Backfill {
             #[cfg(test)]
             fault: None,
         }
-    }
-
-    /// Whether some table's keys only the server can compare (see
-    /// [`Self::comparisons_needed`]).
-    pub fn has_server_order(&self) -> bool {
-        self.tables.iter().any(|t| t.order.is_by_server())
     }
 
     /// The comparisons [`Self::on_event`] will make for `event` that only the server can
@@ -658,24 +653,30 @@ impl Backfill {
             // The chunk that reads this key must show the transaction. Keys only the
             // server can compare are not compared with each other: such a transaction
             // reaches every key.
-            let by_server = state.order.is_by_server();
-            let replace = match self.touched.get(index).and_then(|t| t.get(&xid)) {
-                None => true,
-                Some(Reach::Everything) => false,
-                Some(Reach::From(first)) => {
-                    by_server
-                        || state.order.compare(&key, first).map_err(order_error)? == Ordering::Less
-                }
+            let reach = if state.order.is_by_server() {
+                Reach::Everything
+            } else {
+                Reach::From(key)
             };
-            if replace && let Some(touched) = self.touched.get_mut(index) {
-                touched.insert(
-                    xid,
-                    if by_server {
-                        Reach::Everything
-                    } else {
-                        Reach::From(key)
-                    },
-                );
+            if let Some(touched) = self.touched.get_mut(index) {
+                match touched.entry(xid) {
+                    Entry::Vacant(entry) => {
+                        entry.insert(reach);
+                    }
+                    Entry::Occupied(mut entry) => {
+                        let lower = match (entry.get(), &reach) {
+                            (Reach::From(first), Reach::From(key)) => {
+                                state.order.compare(key, first).map_err(order_error)?
+                                    == Ordering::Less
+                            }
+                            (Reach::From(_), Reach::Everything) => true,
+                            (Reach::Everything, _) => false,
+                        };
+                        if lower {
+                            entry.insert(reach);
+                        }
+                    }
+                }
             }
             return Ok(Side::Drop);
         }

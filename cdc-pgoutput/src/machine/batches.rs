@@ -79,11 +79,6 @@ impl Batches {
         }
     }
 
-    /// The rules batches end by.
-    pub fn rules(&self) -> BatchRules {
-        self.rules
-    }
-
     /// The pending queue, for the phases that produce into it.
     pub fn pending_mut(&mut self) -> &mut VecDeque<Pending> {
         &mut self.pending

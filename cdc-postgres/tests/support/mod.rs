@@ -44,10 +44,20 @@ pub struct Running {
 
 /// Starts a pipeline from `options` into the memory sink `handle`.
 pub fn spawn(options: PgSourceOptions, handle: &MemoryHandle) -> Running {
-    let pipeline = Pipeline::new(PgSource::new(options), handle.sink(), pipeline_config());
+    spawn_with_stats(options, handle).0
+}
+
+/// [`spawn`], also returning the source's live statistics.
+pub fn spawn_with_stats(
+    options: PgSourceOptions,
+    handle: &MemoryHandle,
+) -> (Running, cdc_postgres::source::SourceStats) {
+    let source = PgSource::new(options);
+    let stats = source.stats();
+    let pipeline = Pipeline::new(source, handle.sink(), pipeline_config());
     let shutdown = pipeline.shutdown_handle();
     let task = tokio::spawn(pipeline.run());
-    Running { shutdown, task }
+    (Running { shutdown, task }, stats)
 }
 
 impl Running {

@@ -161,13 +161,14 @@ impl BackfillPhase {
         })
     }
 
-    /// Places one chunk at the anchor (its snapshot already checked against what the
-    /// stream passed).
+    /// Places one chunk, ending at `end` ([`Self::chunk_end`]), at the anchor (its
+    /// snapshot already checked against what the stream passed).
     pub(super) fn place(
         &mut self,
         request: &Request,
         read: ChunkRead,
         snapshot: XidSnapshot,
+        end: ChunkEnd,
         out: &mut EventQueue<'_>,
     ) -> Result<()> {
         let index = request.index;
@@ -188,7 +189,6 @@ impl BackfillPhase {
         let schema = table_entry.schema.clone();
         self.open_table(index, &schema, first, out);
         let count = read.rows.len();
-        let end = self.chunk_end(request, &read)?;
         let upto = match &end {
             ChunkEnd::Key(key) => Some(key_text(key)?),
             ChunkEnd::TableEnd => None,

@@ -130,7 +130,11 @@ impl BackfillPhase {
 
     /// Records the key density `chunks` of table `index` showed (read in this round,
     /// about to be placed), for the next round's estimated ends.
-    fn learn_stride(&mut self, index: usize, chunks: &[(Request, ChunkRead, XidSnapshot)]) {
+    fn learn_stride(
+        &mut self,
+        index: usize,
+        chunks: &[(Request, ChunkRead, XidSnapshot, ChunkEnd)],
+    ) {
         let Some(state) = self.merge.tables().get(index) else {
             return;
         };
@@ -149,7 +153,7 @@ impl BackfillPhase {
         }
         let mut rows = 0u64;
         let mut span = 0i128;
-        for (request, read, _) in chunks {
+        for (request, read, _, _) in chunks {
             let text = |key: &Option<Vec<String>>| {
                 key.as_ref()
                     .and_then(|k| k.first())
@@ -316,14 +320,14 @@ impl BackfillPhase {
                 // chunks after it do not continue it (the next round reads on from it).
                 let last = read.complete || read.cut_short;
                 expected_after = request.upto.clone();
-                usable.push((request, read, snapshot));
+                usable.push((request, read, snapshot, end));
                 if last {
                     break;
                 }
             }
             self.learn_stride(index, &usable);
-            for (request, read, snapshot) in usable {
-                self.place(&request, read, snapshot, out)?;
+            for (request, read, snapshot, end) in usable {
+                self.place(&request, read, snapshot, end, out)?;
             }
         }
         // Every later check is of a snapshot taken after these (the next round starts
