@@ -10,7 +10,7 @@
 //!   chunks into the stream.
 //! - [`changes`]: the change assembler that turns decoded messages into
 //!   [`cdc_core::ChangeEvent`]s: relation cache, positions, streamed-transaction buffers.
-//! - [`machine`]: the source's decisions as plain state (batches so far).
+//! - [`machine`]: the source's decisions as plain state (the source machine and its parts).
 //!
 //! This crate must never depend on an async runtime, sockets, TLS, a Postgres client
 //! library or the filesystem: its normal dependencies are `cdc-core`'s model (without the

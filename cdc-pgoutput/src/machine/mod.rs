@@ -1,5 +1,8 @@
-//! The source's decisions as plain state, no I/O: the first part of the source machine
-//! (issue 45). The driver in `cdc-postgres` performs the I/O and feeds results in.
+//! The source's decisions as plain state, no I/O. The driver in `cdc-postgres` performs
+//! the I/O and feeds results in.
+//!
+//! - [`source`]: [`source::SourceMachine`], the streaming source's decisions in one place,
+//!   built from the parts below.
 //!
 //! - [`batches`]: the pending queue, the batch being built and where it ends, and what
 //!   the handed-out batches cover for resume tokens.
@@ -9,3 +12,4 @@
 pub mod batches;
 pub mod progress;
 pub mod schedule;
+pub mod source;

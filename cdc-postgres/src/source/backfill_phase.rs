@@ -18,6 +18,7 @@ use cdc_core::{
 use cdc_pgoutput::backfill::merge::{Backfill, Frontier, TableState, Window};
 use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
 use cdc_pgoutput::machine::schedule::BackfillFacts;
+use cdc_pgoutput::machine::source::StreamMerge;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -448,6 +449,25 @@ impl BackfillPhase {
         let position = Position::new(lsn, self.next_ordinal);
         self.next_ordinal += 1;
         position
+    }
+}
+
+/// The stream's side of the online snapshot, as the source machine drives it.
+impl StreamMerge for BackfillPhase {
+    fn on_event(&mut self, event: ChangeEvent) -> Result<Option<ChangeEvent>> {
+        BackfillPhase::on_event(self, event)
+    }
+
+    fn hold_end(&mut self, end: Lsn) -> bool {
+        BackfillPhase::hold_end(self, end)
+    }
+
+    fn idle(&mut self, lsn: Lsn) {
+        self.progress(lsn);
+    }
+
+    fn facts(&self) -> BackfillFacts {
+        BackfillPhase::facts(self)
     }
 }
 

@@ -21,14 +21,12 @@ mod start;
 mod stats;
 mod table_set;
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use cdc_core::{
-    ChangeBatch, ChangeEvent, ConfirmHandle, Error, ErrorKind, Lsn, Result, ResumeToken, Source,
-    SourceIdentity,
+    ChangeBatch, ConfirmHandle, Error, ErrorKind, Lsn, Result, ResumeToken, Source, SourceIdentity,
 };
 
 pub use options::{PgSourceOptions, ReconnectPolicy};
@@ -37,26 +35,17 @@ pub use stats::{SlotRetention, SourceState, SourceStats, SourceStatsSnapshot, Ta
 
 use self::backfill_phase::BackfillPhase;
 use self::pending::EventQueue;
-use self::pending::Pending;
 use self::snapshot_phase::SnapshotPhase;
 use crate::catalog::CatalogTable;
 use crate::conn::{PgOutputOptions, ReplicationConnection, ReplicationStream};
 use crate::wal_page::WalPages;
-use cdc_pgoutput::changes::{AssemblerConfig, ChangeAssembler};
-use cdc_pgoutput::machine::batches::{BatchRules, Batches};
-use cdc_pgoutput::machine::progress::{StreamProgress, held_back};
-use cdc_pgoutput::machine::schedule::{self, LoopFacts, Step};
+use cdc_pgoutput::changes::AssemblerConfig;
+use cdc_pgoutput::machine::batches::BatchRules;
+use cdc_pgoutput::machine::source::{
+    Action, BackfillStep, MachineConfig, Phase, SourceMachine, StreamMerge,
+};
 use cdc_pgoutput::protocol::pgoutput::{DecoderOptions, ProtocolVersion};
 use cdc_pgoutput::protocol::replication::ServerMessage;
-
-/// What the source is doing.
-#[derive(Debug)]
-enum Phase {
-    NotStarted,
-    Snapshot(Box<SnapshotPhase>),
-    Streaming,
-    Ended,
-}
 
 /// Streams a PostgreSQL publication's tables: snapshot first (per the snapshot mode), then
 /// every change, in bounded batches; confirms to the slot only what the pipeline says is
@@ -64,28 +53,21 @@ enum Phase {
 #[derive(Debug)]
 pub struct PgSource {
     options: PgSourceOptions,
-    phase: Phase,
+    /// The decisions: phases, batches, progress, the assembler (see
+    /// `cdc_pgoutput::machine::source`). This type performs its actions.
+    machine: SourceMachine,
+    /// The consistent snapshot being copied (the machine's `Snapshot` phase).
+    snapshot: Option<Box<SnapshotPhase>>,
     identity: Option<SourceIdentity>,
     tables: Arc<Vec<CatalogTable>>,
-    assembler: Option<ChangeAssembler>,
     stream: Option<ReplicationStream>,
     pgoutput: Option<PgOutputOptions>,
     server_version: u32,
     /// The server's `shared_buffers` in pages (0: unknown); see `snapshot::copy::plan`.
     shared_buffer_pages: i64,
     slot: String,
-    /// The pending queue, the batch being built (kept here so a cancelled `next_batch`
-    /// loses nothing) and what the handed-out batches cover.
-    batches: Batches,
-    /// An idle stream's progress and the end position.
-    progress: StreamProgress,
-    confirmed: Lsn,
     /// Where the pipeline reports what may be confirmed.
     confirm: ConfirmHandle,
-    scratch: Vec<ChangeEvent>,
-    /// Replication messages received and not yet processed (processing pauses while a
-    /// committed streamed transaction is released).
-    inbox: VecDeque<ServerMessage>,
     snapshot_progress: Option<cdc_core::SnapshotProgress>,
     /// The replication session that created the slot, kept idle while the snapshot it
     /// exported is being copied.
@@ -101,14 +83,11 @@ pub struct PgSource {
     backfill: Option<BackfillPhase>,
     /// The online snapshot's progress as of the batches handed out (for tokens).
     backfill_progress: Option<cdc_core::BackfillProgress>,
-    /// The stream has had its turn since the last chunk round (chunks and the stream
-    /// alternate, so the slot keeps advancing while a snapshot runs).
-    stream_had_turn: bool,
-    /// The batch being built already took what the stream had read (see `next_batch`).
-    took_ready: bool,
     stats: SourceStats,
     /// The state last reported to `stats`.
     reported_state: SourceState,
+    /// Whether the statistics know that the run copies rows.
+    reported_copying: bool,
     slot_poller: Option<slot_poller::SlotPoller>,
 }
 
@@ -116,29 +95,27 @@ impl PgSource {
     /// A source with `options`; nothing connects before [`Source::start`].
     pub fn new(options: PgSourceOptions) -> Self {
         let limits = options.config.batch;
-        let progress = StreamProgress::new(options.progress_interval, options.end_lsn);
-        let rules = BatchRules {
-            max_events: limits.max_events,
-            max_bytes: limits.max_bytes,
-            max_latency: limits.max_latency,
-        };
+        let machine = SourceMachine::new(MachineConfig {
+            batch: BatchRules {
+                max_events: limits.max_events,
+                max_bytes: limits.max_bytes,
+                max_latency: limits.max_latency,
+            },
+            progress_interval: options.progress_interval,
+            end: options.end_lsn,
+        });
         PgSource {
             slot: options.config.slot_name(),
             options,
-            phase: Phase::NotStarted,
+            machine,
+            snapshot: None,
             identity: None,
             tables: Arc::new(Vec::new()),
-            assembler: None,
             stream: None,
             pgoutput: None,
             server_version: 0,
             shared_buffer_pages: 0,
-            batches: Batches::new(rules),
-            progress,
-            confirmed: Lsn::ZERO,
             confirm: ConfirmHandle::default(),
-            scratch: Vec::new(),
-            inbox: VecDeque::new(),
             snapshot_progress: None,
             parked: None,
             creating_slot: None,
@@ -146,10 +123,9 @@ impl PgSource {
             wal: WalPages::default(),
             backfill: None,
             backfill_progress: None,
-            stream_had_turn: true,
-            took_ready: false,
             stats: SourceStats::default(),
             reported_state: SourceState::Starting,
+            reported_copying: false,
             slot_poller: None,
         }
     }
@@ -177,9 +153,9 @@ impl PgSource {
 
     /// Reports the current state to the statistics when it changed.
     fn report_state(&mut self) {
-        let state = match &self.phase {
+        let state = match self.machine.phase() {
             Phase::NotStarted => SourceState::Starting,
-            Phase::Snapshot(_) => SourceState::Snapshot,
+            Phase::Snapshot => SourceState::Snapshot,
             Phase::Ended => SourceState::Stopped,
             Phase::Streaming if self.backfill.is_some() => SourceState::Backfilling,
             Phase::Streaming => SourceState::Streaming,
@@ -210,39 +186,9 @@ impl PgSource {
         }
     }
 
-    fn latency_expired(&self) -> bool {
-        self.batches.latency_expired(Instant::now())
-    }
-
-    /// What the streaming loop knows, for `schedule::next_step`.
-    fn loop_facts(&self) -> LoopFacts {
-        LoopFacts {
-            latency_expired: self.latency_expired(),
-            replaying: self.assembler.as_ref().is_some_and(|a| a.replaying()),
-            between_transactions: self.between_transactions(),
-            inbox: self.inbox.len(),
-            pending: self.batches.pending_len(),
-            max_events: self.options.config.batch.max_events,
-            building_empty: self.batches.building().is_empty(),
-            took_ready: self.took_ready,
-            stream_had_turn: self.stream_had_turn,
-            backfill: self.backfill.as_ref().map(BackfillPhase::facts),
-        }
-    }
-
-    fn reached_end(&self) -> bool {
-        let nothing_waiting = self.batches.pending_len() == 0 && self.inbox.is_empty();
-        !self.holding()
-            && self
-                .progress
-                .reached_end(&self.batches, self.confirmed, nothing_waiting)
-    }
-
     /// Passes the pipeline's latest confirmation to the replication stream.
     fn apply_confirmation(&mut self) {
-        let lsn = self.confirm.confirmed();
-        if lsn > self.confirmed {
-            self.confirmed = lsn;
+        if let Some(lsn) = self.machine.confirm(self.confirm.confirmed()) {
             self.stats.confirmed(lsn);
             if let Some(stream) = &self.stream {
                 stream.set_flushed(lsn);
@@ -251,105 +197,9 @@ impl PgSource {
         }
     }
 
-    /// Processes one replication message into pending items.
-    fn process_message(&mut self, message: ServerMessage) -> Result<()> {
-        let Some(assembler) = self.assembler.as_mut() else {
-            return Err(Error::protocol("internal: streaming without an assembler"));
-        };
-        match message {
-            ServerMessage::XLogData(data) => {
-                self.stats.message(data.data.len(), data.wal_end);
-                self.stats.received(data.wal_start);
-                let end = assembler.process(data.data, &mut self.scratch)?;
-                let hold = assembler.confirm_hold();
-                self.stats.buffers(
-                    assembler.buffered_bytes(),
-                    assembler.spilled_bytes(),
-                    assembler.prepared_waiting(),
-                );
-                self.queue_scratch()?;
-                if let Some(end) = end {
-                    self.push_end(end, hold);
-                }
-            }
-            ServerMessage::PrimaryKeepalive(keepalive) => {
-                self.stats.message(0, keepalive.wal_end);
-                // The WAL end a keepalive reports has been decoded and sent: with no
-                // transaction open, nothing before it is still coming.
-                if !assembler.in_transaction() && !assembler.replaying() {
-                    self.progress
-                        .idle(keepalive.wal_end, assembler.confirm_hold());
-                    if let Some(backfill) = self.backfill.as_mut() {
-                        backfill.progress(keepalive.wal_end);
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Moves the assembler's events into the pending queue, through the online snapshot's
-    /// merge while one runs.
-    fn queue_scratch(&mut self) -> Result<()> {
-        match self.backfill.as_mut() {
-            None => self
-                .batches
-                .pending_mut()
-                .extend(self.scratch.drain(..).map(Pending::Event)),
-            Some(backfill) => {
-                for event in self.scratch.drain(..) {
-                    if let Some(event) = backfill.on_event(event)? {
-                        self.batches.push_event(event);
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Whether the stream stands between two transactions (a chunk may be placed here).
-    fn between_transactions(&self) -> bool {
-        self.assembler
-            .as_ref()
-            .is_some_and(|a| !a.in_transaction() && !a.replaying())
-    }
-
-    /// Releases the next bounded part of a committed streamed transaction, if one is
-    /// being released; false otherwise.
-    fn continue_replay(&mut self) -> Result<bool> {
-        let Some(assembler) = self.assembler.as_mut() else {
-            return Ok(false);
-        };
-        if !assembler.replaying() {
-            return Ok(false);
-        }
-        let end =
-            assembler.continue_replay(&mut self.scratch, self.options.config.batch.max_events)?;
-        let hold = assembler.confirm_hold();
-        self.queue_scratch()?;
-        if let Some(end) = end {
-            self.push_end(end, hold);
-        }
-        Ok(true)
-    }
-
-    /// A transaction ended at `end`: tokens may cover up to there, but no further than
-    /// `hold` (the earliest PREPARE of a prepared transaction still waiting, which the
-    /// server sends again only to a session starting at or before it).
-    fn push_end(&mut self, end: Lsn, hold: Option<Lsn>) {
-        self.progress.passed(end);
-        let end = held_back(end, hold);
-        // Behind events held for the server's key comparisons, the end waits with them.
-        if !self.backfill.as_mut().is_some_and(|b| b.hold_end(end)) {
-            self.batches.push_end(end);
-        }
-    }
-
-    /// Whether streamed items wait for the server's key comparisons (see
-    /// `backfill_phase::server_order`): until they go on, nothing after them may be
-    /// handed out as progress.
-    fn holding(&self) -> bool {
-        self.backfill.as_ref().is_some_and(BackfillPhase::holding)
+    /// The merge of the online snapshot, while one runs, as the machine sees it.
+    fn merge(backfill: &mut Option<BackfillPhase>) -> Option<&mut dyn StreamMerge> {
+        backfill.as_mut().map(|b| b as &mut dyn StreamMerge)
     }
 }
 
@@ -375,7 +225,7 @@ impl Source for PgSource {
                         ));
                     }
                     self.report_state();
-                    let copying = matches!(self.phase, Phase::Snapshot(_))
+                    let copying = self.machine.phase() == Phase::Snapshot
                         || self.backfill.as_ref().is_some_and(BackfillPhase::copies);
                     self.stats.started(copying);
                     return Ok(lsn);
@@ -422,201 +272,157 @@ impl PgSource {
         loop {
             self.report_state();
             self.apply_confirmation();
-            if self.fill() {
-                return Ok(Some(self.take_batch()));
-            }
-            // With an online snapshot running, the end waits for it: a stream that stops
-            // at an LSN stops with every table complete.
-            if self.reached_end()
-                && matches!(self.phase, Phase::Streaming)
-                && self.backfill.is_none()
-            {
-                self.phase = Phase::Ended;
-            }
-            match &mut self.phase {
-                Phase::NotStarted => {
+            let action = self
+                .machine
+                .poll(Instant::now(), Self::merge(&mut self.backfill))?;
+            match action {
+                Action::HandOut => return Ok(Some(self.take_batch())),
+                Action::Done => return Ok(None),
+                Action::NotStarted => {
                     return Err(Error::config("next_batch called before start"));
                 }
-                Phase::Ended => {
-                    if self.batches.has_final_batch() {
-                        return Ok(Some(self.take_batch()));
+                Action::PullSnapshot => self.pull_snapshot().await?,
+                Action::Backfill(step) => self.backfill_step(step).await?,
+                Action::TakeReady => {
+                    let ready = self.stream.as_mut().and_then(|s| s.try_next_chunk());
+                    if let Some(messages) = &ready {
+                        self.stats_received(messages);
                     }
-                    return Ok(None);
+                    self.machine.ready(ready);
                 }
-                Phase::Snapshot(snapshot) if !snapshot.is_finished() => {
-                    let pulled = snapshot
-                        .pull(&mut EventQueue(self.batches.pending_mut()))
-                        .await;
-                    if let Err(e) = pulled {
-                        if !e.is_transient() {
-                            return Err(e);
-                        }
-                        self.retry_snapshot(e).await?;
-                    }
-                    continue;
-                }
-                Phase::Snapshot(snapshot) => {
-                    // Streaming starts at the consistent point, confirmable once the
-                    // snapshot is acknowledged.
-                    let consistent_point = snapshot.consistent_point();
-                    start::after_snapshot(self).await?;
-                    self.batches.push_end(consistent_point);
-                    self.fill();
-                    self.snapshot_progress = None;
-                    // From here the tokens record the table set, every table copied (a
-                    // later run learns which tables are new to the stream, or gone).
-                    self.backfill_progress = Some(BackfillPhase::all_done(&self.tables));
-                    return Ok(Some(self.take_batch()));
-                }
-                Phase::Streaming => {}
+                Action::Wait { wait, caught_up } => self.wait(wait, caught_up).await?,
             }
-            let facts = self.loop_facts();
-            match schedule::next_step(&facts) {
-                Step::HandOut => return Ok(Some(self.take_batch())),
-                Step::ContinueReplay => {
-                    self.continue_replay()?;
-                    continue;
+        }
+    }
+
+    /// Copies more of the consistent snapshot; once it is all copied, starts the stream.
+    async fn pull_snapshot(&mut self) -> Result<()> {
+        let Some(snapshot) = self.snapshot.as_mut() else {
+            return Err(Error::protocol(
+                "internal: snapshot phase without a snapshot",
+            ));
+        };
+        if !snapshot.is_finished() {
+            let pulled = snapshot
+                .pull(&mut EventQueue(self.machine.pending_mut()))
+                .await;
+            if let Err(e) = pulled {
+                if !e.is_transient() {
+                    return Err(e);
                 }
-                // Events held for the server's key comparisons go on (one query for all).
-                Step::ResolveHeld => {
-                    if let Some(backfill) = self.backfill.as_mut() {
-                        backfill
-                            .resolve_held(&mut EventQueue(self.batches.pending_mut()))
-                            .await?;
-                    }
-                    continue;
-                }
-                // A table without a primary key is read whole while the stream waits (see
-                // `backfill_phase::whole`): its pieces go in one after the other, with
-                // nothing from the stream between them.
-                Step::NextWholePiece => {
-                    if let Some(backfill) = self.backfill.as_mut() {
-                        backfill
-                            .next_whole_piece(&mut EventQueue(self.batches.pending_mut()))
-                            .await?;
-                    }
-                    continue;
-                }
-                // A round read in the background goes in at a transaction boundary (if the
-                // transactions passed meanwhile are all in its snapshots); the next round
-                // starts as soon as this one is placed, not once these rows went out.
-                Step::FinishRound => {
-                    if let Some(backfill) = self.backfill.as_mut() {
-                        backfill
-                            .finish_round(&mut EventQueue(self.batches.pending_mut()))
-                            .await?;
-                    }
-                    continue;
-                }
-                // The next chunks are read while the stream and the sink go on.
-                Step::StartRound => {
-                    if let Some(backfill) = self.backfill.as_mut() {
-                        backfill.start_round().await?;
-                    }
-                    continue;
-                }
-                // After a round whose snapshot missed a transaction the stream passed:
-                // read with the stream paused, which cannot miss one.
-                Step::ReadRoundPaused => {
-                    if let Some(backfill) = self.backfill.as_mut() {
-                        backfill
-                            .read_round(&mut EventQueue(self.batches.pending_mut()))
-                            .await?;
-                    }
-                    self.stream_had_turn = false;
-                    continue;
-                }
-                Step::StartWhole => {
-                    if let Some(backfill) = self.backfill.as_mut() {
-                        backfill
-                            .start_whole(&mut EventQueue(self.batches.pending_mut()))
-                            .await?;
-                    }
-                    self.stream_had_turn = false;
-                    continue;
-                }
-                Step::ProcessMessage => {
-                    if let Some(message) = self.inbox.pop_front() {
-                        self.process_message(message)?;
-                    }
-                    continue;
-                }
-                // Everything received is processed: what the stream had already read goes
-                // in first, once, then the batch goes out without waiting for its limits.
-                Step::TakeReadyOrHandOut => {
-                    if let Some(more) = self.stream.as_mut().and_then(|s| s.try_next_chunk()) {
-                        self.took_ready = true;
-                        self.inbox.extend(more);
-                        continue;
-                    }
-                    return Ok(Some(self.take_batch()));
-                }
-                Step::Idle => {}
+                self.retry_snapshot(e).await?;
             }
-            // Idle progress: nothing pending or being built, and the server's WAL end
-            // moved past what the batches cover.
-            if schedule::may_hand_out_idle_progress(&facts)
-                && self
-                    .progress
-                    .idle_batch_due(Instant::now(), &mut self.batches)
-            {
-                return Ok(Some(self.take_batch()));
+            return Ok(());
+        }
+        // Streaming starts at the consistent point, confirmable once the snapshot is
+        // acknowledged.
+        let consistent_point = snapshot.consistent_point();
+        start::after_snapshot(self).await?;
+        self.machine.snapshot_copied(consistent_point);
+        self.snapshot = None;
+        self.snapshot_progress = None;
+        // From here the tokens record the table set, every table copied (a later run
+        // learns which tables are new to the stream, or gone).
+        self.backfill_progress = Some(BackfillPhase::all_done(&self.tables));
+        Ok(())
+    }
+
+    /// Performs the online snapshot's `step`.
+    async fn backfill_step(&mut self, step: BackfillStep) -> Result<()> {
+        let Some(backfill) = self.backfill.as_mut() else {
+            return Ok(());
+        };
+        let mut queue = EventQueue(self.machine.pending_mut());
+        match step {
+            // Events held for the server's key comparisons go on (one query for all).
+            BackfillStep::ResolveHeld => backfill.resolve_held(&mut queue).await,
+            // A table without a primary key is read whole while the stream waits (see
+            // `backfill_phase::whole`): its pieces go in one after the other, with
+            // nothing from the stream between them.
+            BackfillStep::NextWholePiece => backfill.next_whole_piece(&mut queue).await,
+            // A round read in the background goes in at a transaction boundary (if the
+            // transactions passed meanwhile are all in its snapshots); the next round
+            // starts as soon as this one is placed, not once these rows went out.
+            BackfillStep::FinishRound => backfill.finish_round(&mut queue).await,
+            // The next chunks are read while the stream and the sink go on.
+            BackfillStep::StartRound => backfill.start_round().await,
+            // After a round whose snapshot missed a transaction the stream passed: read
+            // with the stream paused, which cannot miss one.
+            BackfillStep::ReadRoundPaused => backfill.read_round(&mut queue).await,
+            BackfillStep::StartWhole => backfill.start_whole(&mut queue).await,
+        }
+    }
+
+    /// Counts received messages in the statistics.
+    fn stats_received(&self, messages: &[ServerMessage]) {
+        for message in messages {
+            match message {
+                ServerMessage::XLogData(data) => {
+                    self.stats.message(data.data.len(), data.wal_end);
+                    self.stats.received(data.wal_start);
+                }
+                ServerMessage::PrimaryKeepalive(keepalive) => {
+                    self.stats.message(0, keepalive.wal_end);
+                }
             }
-            let wait = schedule::idle_wait(
-                &facts,
-                self.batches.latency_left(Instant::now()),
-                self.options.progress_interval,
+        }
+    }
+
+    /// Waits up to `wait` for the stream, a confirmation or a background round.
+    async fn wait(&mut self, wait: Duration, caught_up: bool) -> Result<()> {
+        if let Some(assembler) = self.machine.assembler() {
+            self.stats.buffers(
+                assembler.buffered_bytes(),
+                assembler.spilled_bytes(),
+                assembler.prepared_waiting(),
             );
-            self.stats.caught_up(
-                self.inbox.is_empty()
-                    && !self.holding()
-                    && self.batches.pending_len() == 0
-                    && self.batches.building().is_empty()
-                    && self.between_transactions(),
-            );
-            let Some(stream) = self.stream.as_mut() else {
-                self.reconnect(Error::transient("no replication stream"), "no_stream")
-                    .await?;
-                continue;
-            };
-            let confirm = self.confirm.clone();
-            let round_done = self.backfill.as_ref().map(BackfillPhase::round_notify);
-            let received = tokio::select! {
-                received = stream.next_chunk() => received,
-                // A confirmation goes to the server at once, even while waiting.
-                _ = confirm.changed() => continue,
-                // A background chunk read finished: place it without waiting for a timer.
-                () = async {
-                    match &round_done {
-                        Some(done) => done.notified().await,
-                        None => std::future::pending().await,
-                    }
-                } => continue,
-                _ = tokio::time::sleep(wait) => {
-                    self.stream_had_turn = true;
-                    continue;
+        }
+        self.stats.caught_up(caught_up);
+        let Some(stream) = self.stream.as_mut() else {
+            return self
+                .reconnect(Error::transient("no replication stream"), "no_stream")
+                .await;
+        };
+        let confirm = self.confirm.clone();
+        let round_done = self.backfill.as_ref().map(BackfillPhase::round_notify);
+        let received = tokio::select! {
+            received = stream.next_chunk() => received,
+            // A confirmation goes to the server at once, even while waiting.
+            _ = confirm.changed() => return Ok(()),
+            // A background chunk read finished: place it without waiting for a timer.
+            () = async {
+                match &round_done {
+                    Some(done) => done.notified().await,
+                    None => std::future::pending().await,
                 }
-            };
-            self.stream_had_turn = true;
-            match received {
-                Ok(Some(messages)) => {
-                    if !messages.is_empty() {
-                        self.stats.caught_up(false);
-                    }
-                    self.inbox.extend(messages);
-                }
-                Ok(None) => {
-                    self.reconnect(
-                        Error::transient("the server ended the replication stream"),
-                        "server_ended",
-                    )
-                    .await?;
-                }
-                Err(e) if e.kind() == ErrorKind::Transient => {
-                    self.reconnect(e, "connection_lost").await?
-                }
-                Err(e) => return Err(e),
+            } => return Ok(()),
+            _ = tokio::time::sleep(wait) => {
+                self.machine.waited();
+                return Ok(());
             }
+        };
+        match received {
+            Ok(Some(messages)) => {
+                if !messages.is_empty() {
+                    self.stats.caught_up(false);
+                }
+                self.stats_received(&messages);
+                self.machine.receive(messages);
+                Ok(())
+            }
+            Ok(None) => {
+                self.machine.waited();
+                self.reconnect(
+                    Error::transient("the server ended the replication stream"),
+                    "server_ended",
+                )
+                .await
+            }
+            Err(e) if e.kind() == ErrorKind::Transient => {
+                self.machine.waited();
+                self.reconnect(e, "connection_lost").await
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -629,16 +435,19 @@ impl PgSource {
         });
         let mut token = ResumeToken::new(
             identity,
-            self.batches.covered_position().max(batch.last_position()),
+            self.machine
+                .batches()
+                .covered_position()
+                .max(batch.last_position()),
         );
-        token.commit_end = self.batches.covered_end().max(batch.commit_end);
+        token.commit_end = self.machine.batches().covered_end().max(batch.commit_end);
         token.snapshot = self.snapshot_progress.clone();
         token.backfill = self.backfill_progress.clone();
         token
     }
 
     async fn abandon(&mut self) -> Result<()> {
-        self.phase = Phase::Ended;
+        self.machine.set_phase(Phase::Ended);
         self.parked = None;
         self.stream = None;
         let Some(walsender) = self.creating_slot else {
@@ -680,7 +489,7 @@ impl PgSource {
     }
 
     async fn close_stream(&mut self) -> Result<()> {
-        self.phase = Phase::Ended;
+        self.machine.set_phase(Phase::Ended);
         self.slot_poller = None;
         self.report_state();
         // The pipeline's final confirmation (after its last checkpoint) arrives after the

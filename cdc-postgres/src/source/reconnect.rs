@@ -55,6 +55,7 @@ impl PgSource {
     /// Opens a new replication session from the confirmed position.
     async fn resume_stream(&mut self) -> Result<()> {
         self.stream = None;
+        let resume = self.machine.resume_point();
         let mut conn = ReplicationConnection::connect(&self.options.config.connection).await?;
         let system = conn.identify_system().await?;
         if let Some(identity) = self.identity.clone() {
@@ -62,13 +63,8 @@ impl PgSource {
             // since): it may continue only if everything handed out so far is in its
             // history.
             let current = system.identity(&identity.database, &self.slot);
-            super::start::check_resume_on(
-                &mut conn,
-                &identity,
-                self.batches.handed_out_upto(self.confirmed),
-                &current,
-            )
-            .await?;
+            super::start::check_resume_on(&mut conn, &identity, resume.handed_out_upto, &current)
+                .await?;
             self.identity = Some(current);
         }
         let Some(pgoutput) = self.pgoutput.clone() else {
@@ -76,30 +72,28 @@ impl PgSource {
         };
         let version = ProtocolVersion::from_number(pgoutput.protocol_version(self.server_version)?)
             .unwrap_or(ProtocolVersion::V1);
-        match self.assembler.as_mut() {
-            // Keeps the schemas delivered so far, so a change across sessions is detected.
-            Some(assembler) => assembler.reset_session(),
-            None => self.assembler = Some(ChangeAssembler::new(self.assembler_config(version))),
+        if self.machine.assembler().is_none() {
+            let assembler = ChangeAssembler::new(self.assembler_config(version));
+            self.machine.set_assembler(assembler);
         }
-        self.batches.new_session();
-        self.inbox.clear();
+        self.machine.new_session();
         if let Some(backfill) = self.backfill.as_mut() {
             // Chunk rows still queued went with the queue; those already in the batch
             // being built stay and will be handed out. Continue from what that covers,
             // with the stream's new starting point.
-            let batches = &self.batches;
+            let batches = self.machine.batches();
             let kept = backfill.progress_for(
                 batches.queued_upto(),
                 batches.covered_end().max(batches.building().commit_end),
                 batches.building().events.last(),
             );
             self.backfill =
-                Some(backfill.for_new_session(kept, self.confirmed, batches.queued_upto())?);
+                Some(backfill.for_new_session(kept, resume.start, batches.queued_upto())?);
         }
         let stream = conn
-            .start_replication(&self.slot, self.confirmed, &pgoutput, self.options.stream)
+            .start_replication(&self.slot, resume.start, &pgoutput, self.options.stream)
             .await?;
-        stream.set_flushed(self.confirmed);
+        stream.set_flushed(resume.start);
         self.stream = Some(stream);
         Ok(())
     }

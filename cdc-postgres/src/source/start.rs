@@ -8,10 +8,10 @@ use cdc_core::{
     SnapshotMarker, SourceIdentity, TableName,
 };
 
+use super::PgSource;
 use super::backfill_phase::{BackfillOptions, BackfillPhase};
 use super::snapshot_phase::SnapshotPhase;
 use super::table_set::{self, AddedTables};
-use super::{PgSource, Phase};
 use crate::catalog::{self, CatalogTable};
 use crate::conn::{
     CreateSlotOptions, CreatedSlot, PgOutputOptions, PreflightOptions, ReplicationConnection,
@@ -21,6 +21,7 @@ use crate::snapshot::copy;
 use crate::source::pending::EventQueue;
 use crate::wal_page::WalPages;
 use cdc_pgoutput::changes::{ChangeAssembler, TableRouting};
+use cdc_pgoutput::machine::source::Phase;
 use cdc_pgoutput::protocol::pgoutput::ProtocolVersion;
 use cdc_pgoutput::types::TypeRegistry;
 
@@ -88,7 +89,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
     let segment = repl.show("wal_segment_size").await.ok();
     source.wal = WalPages::from_shown(page.as_deref(), segment.as_deref());
     source.options.end_lsn = source.options.end_lsn.map(|end| source.wal.record_end(end));
-    source.progress.set_end(source.options.end_lsn);
+    source.machine.set_end(source.options.end_lsn);
     if let Some(token) = resume {
         let covered = token
             .commit_end
@@ -105,10 +106,11 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
              nothing to do (for a new snapshot, run into an empty output)"
         );
         source
-            .batches
+            .machine
+            .batches_mut()
             .resume_after(token.position, token.commit_end);
         repl.close().await;
-        source.phase = Phase::Ended;
+        source.machine.set_phase(Phase::Ended);
         return Ok(token.commit_end.unwrap_or(Lsn::ZERO));
     }
 
@@ -145,7 +147,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
     let mut assembler = ChangeAssembler::new(source.assembler_config(version));
     let registry = assembler.relations_mut().types_mut();
     *registry = types;
-    source.assembler = Some(assembler);
+    source.machine.set_assembler(assembler);
 
     let slot_info = report.slot.clone();
     let wants_snapshot = source.options.snapshot_only || config.snapshot == SnapshotMode::Initial;
@@ -164,9 +166,10 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                 )));
             }
             source
-                .batches
+                .machine
+                .batches_mut()
                 .resume_after(token.position, token.commit_end);
-            source.confirmed = confirmed;
+            source.machine.set_confirmed(confirmed);
             let start = confirmed.max(covered);
             start_streaming(source, repl, start).await?;
             let resnapshot = source.options.resnapshot.clone();
@@ -219,13 +222,16 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                 // tokens record the table set, none of it to copy.
                 source.backfill_progress = Some(BackfillPhase::all_done(&source.tables));
                 let confirmed = slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
-                source.confirmed = confirmed;
+                source.machine.set_confirmed(confirmed);
                 start_streaming(source, repl, confirmed).await?;
                 return Ok(confirmed);
             }
             if let Some(token) = resume {
                 // Positions of the new snapshot must order after everything the token saw.
-                source.batches.resume_after_position(token.position);
+                source
+                    .machine
+                    .batches_mut()
+                    .resume_after_position(token.position);
             }
             let online = config.snapshot == SnapshotMode::Online;
             if online {
@@ -251,7 +257,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                     },
                 )
                 .await?;
-                source.confirmed = created.consistent_point;
+                source.machine.set_confirmed(created.consistent_point);
                 start_streaming(source, repl, created.consistent_point).await?;
                 if !online {
                     // snapshot = never: the tokens record the table set, none of it to copy.
@@ -261,7 +267,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                         // The sink holds part of an interrupted snapshot (the consistent
                         // mode's, when the mode changed between runs): it drops it first,
                         // as before a consistent snapshot taken again.
-                        let ordinal = match source.batches.queued_upto() {
+                        let ordinal = match source.machine.batches().queued_upto() {
                             Some(p) if p.commit_lsn.0 + 1 >= created.consistent_point.0 => {
                                 p.ordinal + 1
                             }
@@ -271,7 +277,7 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                             Lsn(created.consistent_point.0.saturating_sub(1)),
                             ordinal,
                         );
-                        source.batches.push_event(ChangeEvent {
+                        source.machine.batches_mut().push_event(ChangeEvent {
                             position,
                             kind: EventKind::Snapshot(SnapshotMarker::Restarted),
                         });
@@ -281,7 +287,10 @@ pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -
                     // The first token covers the slot's start, as the slot is confirmed
                     // there already (a restart before any streamed transaction must not
                     // find the slot ahead of the token).
-                    source.batches.push_end(created.consistent_point);
+                    source
+                        .machine
+                        .batches_mut()
+                        .push_end(created.consistent_point);
                 }
                 return Ok(created.consistent_point);
             }
@@ -308,10 +317,10 @@ fn begin_backfill(source: &mut PgSource, progress: BackfillProgress, start: Lsn)
         source.tables.clone(),
         progress,
         start,
-        source.batches.queued_upto(),
+        source.machine.batches().queued_upto(),
         backfill_options(source),
     )?;
-    if let Some(assembler) = source.assembler.as_mut().filter(|_| phase.copies()) {
+    if let Some(assembler) = source.machine.assembler_mut().filter(|_| phase.copies()) {
         // Chunk rows carry the catalog's schemas: the stream's Relation messages match them.
         // (A resumed stream with nothing to copy leaves them unseeded, as a stream without
         // a snapshot does: the first Relation of a table defines it.)
@@ -394,7 +403,7 @@ pub(super) async fn begin_snapshot(
     )
     .await?;
     let consistent_point = created.consistent_point;
-    source.confirmed = consistent_point;
+    source.machine.set_confirmed(consistent_point);
     let Some(snapshot_name) = created.snapshot_name else {
         return Err(Error::protocol(
             "CREATE_REPLICATION_SLOT did not export a snapshot",
@@ -427,14 +436,15 @@ pub(super) async fn begin_snapshot(
         per_table,
         consistent_point,
         restarted,
-        source.batches.queued_upto(),
-        &mut EventQueue(source.batches.pending_mut()),
+        source.machine.batches().queued_upto(),
+        &mut EventQueue(source.machine.pending_mut()),
     )?;
     // The exported snapshot lives as long as this session stays idle: keep it open,
     // unused, until the copy is done.
     source.parked = Some(repl);
-    source.phase = Phase::Snapshot(Box::new(phase));
-    if let Some(assembler) = source.assembler.as_mut() {
+    source.snapshot = Some(Box::new(phase));
+    source.machine.set_phase(Phase::Snapshot);
+    if let Some(assembler) = source.machine.assembler_mut() {
         for table in source.tables.iter() {
             assembler
                 .relations_mut()
@@ -447,7 +457,8 @@ pub(super) async fn begin_snapshot(
 /// Abandons a snapshot that failed transiently (connection lost) and takes a new one on
 /// a new slot, with a restart marker so the sink drops the partial copy.
 pub(super) async fn restart_snapshot(source: &mut PgSource) -> Result<()> {
-    source.phase = Phase::NotStarted;
+    source.snapshot = None;
+    source.machine.set_phase(Phase::NotStarted);
     if let Some(parked) = source.parked.take() {
         drop(parked);
     }
@@ -525,11 +536,11 @@ pub(super) async fn after_snapshot(source: &mut PgSource) -> Result<()> {
         if let Some(repl) = parked {
             repl.close().await;
         }
-        source.phase = Phase::Ended;
+        source.machine.set_phase(Phase::Ended);
         return Ok(());
     }
     if let Some(repl) = parked {
-        let start = source.confirmed;
+        let start = source.machine.confirmed();
         match start_streaming(source, repl, start).await {
             Ok(()) => return Ok(()),
             Err(e) if e.is_transient() => tracing::warn!(
@@ -541,7 +552,7 @@ pub(super) async fn after_snapshot(source: &mut PgSource) -> Result<()> {
         }
     }
     source.stream = None;
-    source.phase = Phase::Streaming;
+    source.machine.set_phase(Phase::Streaming);
     Ok(())
 }
 
@@ -557,9 +568,9 @@ async fn start_streaming(
     let stream = repl
         .start_replication(&source.slot, start, &pgoutput, source.options.stream)
         .await?;
-    stream.set_flushed(source.confirmed);
+    stream.set_flushed(source.machine.confirmed());
     source.stream = Some(stream);
-    source.phase = Phase::Streaming;
+    source.machine.set_phase(Phase::Streaming);
     verify_slot_after_start(source, walsender).await
 }
 

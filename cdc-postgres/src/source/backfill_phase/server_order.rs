@@ -23,11 +23,6 @@ use crate::snapshot::compare_keys;
 use crate::source::pending::EventQueue;
 
 impl BackfillPhase {
-    /// Whether streamed items are held for the server's comparisons.
-    pub(crate) fn holding(&self) -> bool {
-        !self.held.is_empty()
-    }
-
     /// How many items are held.
     pub(crate) fn held_len(&self) -> usize {
         self.held.len()
