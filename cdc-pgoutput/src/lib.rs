@@ -23,4 +23,6 @@ pub mod backfill;
 pub mod changes;
 pub mod machine;
 pub mod protocol;
+#[cfg(test)]
+mod seed_rng;
 pub mod types;

@@ -22,6 +22,7 @@ use proptest::prelude::*;
 use super::{Backfill, ChunkEnd, Fault, Frontier, TableState};
 use crate::backfill::key_order::{KeyCollation, KeyColumnOrder, KeyOrder};
 use crate::backfill::xid_snapshot::XidSnapshot;
+use crate::seed_rng::{SeedRng, seeds};
 use crate::types::oids;
 
 /// Strings of the text key column under the C collation, in its order (bytewise: upper
@@ -725,41 +726,12 @@ proptest! {
     }
 }
 
-/// A small deterministic generator (splitmix64): one `u64` seed chooses a whole scenario.
-struct SeedRng(u64);
-
-impl SeedRng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number below `n` (> 0).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn key(&mut self) -> (i64, usize) {
-        (
-            self.below(12) as i64,
-            self.below(TEXTS_C.len() as u64) as usize,
-        )
-    }
-
-    /// An index chosen by `weights`.
-    fn pick(&mut self, weights: &[u64]) -> usize {
-        let mut at = self.below(weights.iter().sum());
-        for (i, &w) in weights.iter().enumerate() {
-            if at < w {
-                return i;
-            }
-            at -= w;
-        }
-        0
-    }
+/// A key drawn from `rng`.
+fn draw_key(rng: &mut SeedRng) -> (i64, usize) {
+    (
+        rng.below(12) as i64,
+        rng.below(TEXTS_C.len() as u64) as usize,
+    )
 }
 
 type Scenario = (
@@ -774,7 +746,7 @@ fn scenario(seed: u64) -> Scenario {
     let mut rng = SeedRng(seed);
     let shape = [Shape::Int8, Shape::Composite, Shape::ServerOrdered][rng.below(3) as usize];
     let initial = (0..rng.below(30))
-        .map(|_| (rng.key(), rng.next() as i64))
+        .map(|_| (draw_key(&mut rng), rng.next() as i64))
         .collect();
     let mut ids: Vec<u32> = (1..200).collect();
     for i in (1..ids.len()).rev() {
@@ -787,13 +759,15 @@ fn scenario(seed: u64) -> Scenario {
             let ops = (0..1 + rng.below(3))
                 .map(|_| match rng.pick(&[12, 4, 4, 1]) {
                     0 => Op::Upsert {
-                        key: rng.key(),
+                        key: draw_key(&mut rng),
                         value: rng.next() as i64,
                     },
-                    1 => Op::Delete { key: rng.key() },
+                    1 => Op::Delete {
+                        key: draw_key(&mut rng),
+                    },
                     2 => Op::Move {
-                        from: rng.key(),
-                        to: rng.key(),
+                        from: draw_key(&mut rng),
+                        to: draw_key(&mut rng),
                     },
                     _ => Op::Truncate,
                 })
@@ -824,23 +798,12 @@ fn run_seed(seed: u64, fault: Option<Fault>) -> Result<(), String> {
     run(shape, initial, txs, steps, fault).map_err(|e| e.to_string())
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
-}
-
 /// The deterministic simulation of the merge: `PGCDC_SIM_SEEDS` seeds (default 10,000)
 /// from `PGCDC_SIM_SEED_FROM` (default 0), or the one seed `PGCDC_SIM_SEED`; a failing
 /// seed is printed with the command that replays it.
 #[test]
 fn seeded_simulation_of_the_merge() {
-    let (from, count) = match env_u64("PGCDC_SIM_SEED") {
-        Some(seed) => (seed, 1),
-        None => (
-            env_u64("PGCDC_SIM_SEED_FROM").unwrap_or(0),
-            env_u64("PGCDC_SIM_SEEDS").unwrap_or(10_000),
-        ),
-    };
-    for seed in from..from.saturating_add(count) {
+    for seed in seeds(10_000) {
         if let Err(e) = run_seed(seed, None) {
             panic!(
                 "seed {seed} failed: {e}\nreplay: PGCDC_SIM_SEED={seed} cargo test -p cdc-pgoutput --lib seeded_simulation_of_the_merge"

@@ -108,6 +108,14 @@ pub struct ChangeAssembler {
     streams: StreamBuffers,
     replay: Option<ReplayState>,
     prepared: PreparedTransactions,
+    /// A deliberate mistake for the source simulation's fault test: a streamed
+    /// transaction's first segment is delivered at its Stream Stop, before it commits.
+    #[cfg(test)]
+    pub(crate) fault_release_at_first_segment: bool,
+    #[cfg(test)]
+    fault_segment: Option<u32>,
+    #[cfg(test)]
+    fault_last_end: Lsn,
 }
 
 impl ChangeAssembler {
@@ -121,6 +129,12 @@ impl ChangeAssembler {
             streams: StreamBuffers::new(config.stream_memory_limit, config.spill),
             replay: None,
             prepared: PreparedTransactions::default(),
+            #[cfg(test)]
+            fault_release_at_first_segment: false,
+            #[cfg(test)]
+            fault_segment: None,
+            #[cfg(test)]
+            fault_last_end: Lsn::ZERO,
         }
     }
 
@@ -193,6 +207,13 @@ impl ChangeAssembler {
             .decoder
             .decode_borrowed(&payload)
             .map_err(|e| Error::protocol(format!("cannot decode pgoutput message: {e}")))?;
+        #[cfg(test)]
+        if let PgOutputMessage::StreamStart(start) = &message
+            && start.first_segment
+            && self.fault_release_at_first_segment
+        {
+            self.fault_segment = Some(start.xid);
+        }
         if let Some(stream_xid) = self.decoder.open_stream() {
             // Inside a stream the raw payload is buffered until the stream commits; it is
             // decoded into values only then.
@@ -232,6 +253,10 @@ impl ChangeAssembler {
                     )));
                 }
                 finish(tx, commit.end_lsn, commit.commit_timestamp, out);
+                #[cfg(test)]
+                {
+                    self.fault_last_end = self.fault_last_end.max(commit.end_lsn);
+                }
                 Ok(Some(commit.end_lsn))
             }
             PgOutputMessage::StreamCommit(commit) => {
@@ -256,6 +281,25 @@ impl ChangeAssembler {
                     self.streams
                         .abort_subtransaction(abort.xid, abort.subxid)
                         .map_err(spill_error)?;
+                }
+                Ok(None)
+            }
+            #[cfg(test)]
+            PgOutputMessage::StreamStop if self.fault_segment.is_some() => {
+                if let Some(xid) = self.fault_segment.take() {
+                    let at = self.fault_last_end;
+                    self.start_release(
+                        TxState {
+                            commit_lsn: Lsn(at.0 + 1),
+                            commit_time_micros: 0,
+                            xid,
+                            changes: 0,
+                            begin_emitted: false,
+                        },
+                        at,
+                        true,
+                        Vec::new(),
+                    )?;
                 }
                 Ok(None)
             }
@@ -430,6 +474,10 @@ impl ChangeAssembler {
                     };
                     let commit_time = tx.commit_time_micros;
                     finish(tx, end_lsn, commit_time, out);
+                    #[cfg(test)]
+                    {
+                        self.fault_last_end = self.fault_last_end.max(end_lsn);
+                    }
                     return Ok(Some(end_lsn));
                 }
             }

@@ -13,3 +13,6 @@ pub mod batches;
 pub mod progress;
 pub mod schedule;
 pub mod source;
+
+#[cfg(test)]
+mod simulation;

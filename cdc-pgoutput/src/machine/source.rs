@@ -127,7 +127,7 @@ pub struct ResumePoint {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fault {
     /// A batch cut inside a transaction lets the slot be confirmed past that
-    /// transaction's end, as if the rest of it were in the batch too.
+    /// transaction's commit record, as if the rest of it were in the batch too.
     ConfirmOneTooFar,
 }
 
@@ -318,20 +318,13 @@ impl SourceMachine {
         self.took_ready = false;
         self.hand_out_now = false;
         #[cfg(test)]
-        if self.fault == Some(Fault::ConfirmOneTooFar) {
-            let cut_inside = self
-                .batches
-                .building()
-                .events
-                .last()
-                .is_some_and(|e| !matches!(e.kind, cdc_core::EventKind::Commit(_)));
-            let next_end = self.batches.pending_mut().iter().find_map(|p| match p {
-                Pending::End(lsn) => Some(*lsn),
-                Pending::Event(_) => None,
-            });
-            if cut_inside && let Some(end) = next_end {
-                self.batches.idle_progress(end);
-            }
+        if self.fault == Some(Fault::ConfirmOneTooFar)
+            && let Some(last) = self.batches.building().events.last()
+            && !matches!(last.kind, cdc_core::EventKind::Commit(_))
+        {
+            // Past the commit record of the transaction the batch is cut in.
+            let past = Lsn(last.position.commit_lsn.0 + 1);
+            self.batches.idle_progress(past);
         }
         self.batches.take()
     }

@@ -1,0 +1,535 @@
+//! The simulated database: tables, concurrent transactions with subtransactions, row and
+//! table locks, and the WAL they write — as far as logical decoding can observe it.
+//!
+//! Transactions run concurrently and commit in any order; every change is a WAL record
+//! written when it is made (tagged with the subtransaction that made it), a
+//! `ROLLBACK TO SAVEPOINT` writes the subtransaction's abort record, and the end of a
+//! transaction writes its commit or abort record. Locks keep the schedules ones
+//! PostgreSQL could produce: a row (or a key being inserted) is changed by one open
+//! transaction at a time, and `TRUNCATE` waits for every other transaction that touched
+//! the table and blocks them after it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use cdc_core::Lsn;
+
+use crate::seed_rng::SeedRng;
+
+/// A row's column values in text form (`None`: NULL).
+pub(super) type Values = Vec<Option<String>>;
+
+/// A simulated table.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct TableDef {
+    pub name: &'static str,
+    pub relation_id: u32,
+    /// Column names and type OIDs.
+    pub columns: &'static [(&'static str, u32)],
+    /// The primary key's columns; empty: no key, `REPLICA IDENTITY FULL`.
+    pub key: &'static [usize],
+}
+
+impl TableDef {
+    /// The values that identify a row: the key, or (without one) the whole row.
+    pub(super) fn identity(&self, row: &Values) -> Values {
+        if self.key.is_empty() {
+            return row.clone();
+        }
+        self.key
+            .iter()
+            .map(|&i| row.get(i).cloned().flatten())
+            .collect()
+    }
+}
+
+/// `int8`, `int4` and `text`.
+const INT8: u32 = 20;
+const INT4: u32 = 23;
+const TEXT: u32 = 25;
+
+/// The tables: integer, composite and text primary keys, and one without a key.
+pub(super) const TABLES: [TableDef; 4] = [
+    TableDef {
+        name: "t_int",
+        relation_id: 16_384,
+        columns: &[("id", INT8), ("v", TEXT)],
+        key: &[0],
+    },
+    TableDef {
+        name: "t_comp",
+        relation_id: 16_390,
+        columns: &[("a", INT4), ("b", TEXT), ("v", TEXT)],
+        key: &[0, 1],
+    },
+    TableDef {
+        name: "t_text",
+        relation_id: 16_396,
+        columns: &[("k", TEXT), ("v", TEXT)],
+        key: &[0],
+    },
+    TableDef {
+        name: "t_nokey",
+        relation_id: 16_402,
+        columns: &[("a", INT4), ("v", TEXT)],
+        key: &[],
+    },
+];
+
+/// One change as its WAL record has it.
+#[derive(Clone, Debug)]
+pub(super) enum Change {
+    Insert {
+        table: usize,
+        new: Values,
+    },
+    /// `old`: the whole old row (the walsender sends what the replica identity needs).
+    Update {
+        table: usize,
+        old: Values,
+        new: Values,
+    },
+    Delete {
+        table: usize,
+        old: Values,
+    },
+    Truncate {
+        tables: Vec<usize>,
+    },
+}
+
+/// A WAL record the walsender decodes.
+#[derive(Clone, Debug)]
+pub(super) enum Record {
+    /// A change made by subtransaction `sub` of top-level transaction `xid` (`sub == xid`
+    /// outside a subtransaction).
+    Change {
+        xid: u32,
+        sub: u32,
+        change: Change,
+    },
+    /// `ROLLBACK TO SAVEPOINT`: subtransaction `sub` of `xid` aborted.
+    SubAbort {
+        xid: u32,
+        sub: u32,
+    },
+    Commit {
+        xid: u32,
+    },
+    Abort {
+        xid: u32,
+    },
+}
+
+/// Where record `index` starts in the WAL.
+pub(super) fn record_lsn(index: usize) -> Lsn {
+    Lsn(0x0100_0000 + index as u64 * 0x40)
+}
+
+/// Where record `index` ends (a commit's end LSN).
+pub(super) fn record_end(index: usize) -> Lsn {
+    Lsn(record_lsn(index).0 + 0x28)
+}
+
+#[derive(Clone, Debug)]
+struct Row {
+    id: u64,
+    values: Values,
+}
+
+/// How to undo one change.
+#[derive(Debug)]
+enum Undo {
+    Remove { table: usize, id: u64 },
+    Restore { table: usize, row: Row },
+    Replace { table: usize, id: u64, old: Values },
+    RestoreAll { table: usize, rows: Vec<Row> },
+}
+
+#[derive(Debug)]
+struct OpenTx {
+    xid: u32,
+    /// The subtransaction changes go to now (`xid`: none open).
+    sub: u32,
+    undo: Vec<(u32, Undo)>,
+    touched: HashSet<usize>,
+}
+
+/// What a lock protects: a key of a keyed table, or one row of a keyless one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum LockKey {
+    Key(usize, Values),
+    Row(usize, u64),
+}
+
+/// The database and its WAL.
+#[derive(Debug)]
+pub(super) struct Database {
+    pub wal: Vec<Record>,
+    tables: Vec<Vec<Row>>,
+    open: Vec<OpenTx>,
+    locks: HashMap<LockKey, u32>,
+    /// Tables a TRUNCATE holds exclusively, until its transaction ends.
+    exclusive: HashMap<usize, u32>,
+    next_xid: u32,
+    next_row: u64,
+    /// Transactions still to begin.
+    budget: u32,
+    max_open: usize,
+}
+
+impl Database {
+    /// An empty database whose workload begins `transactions` transactions, at most
+    /// `max_open` at a time.
+    pub(super) fn new(transactions: u32, max_open: usize) -> Self {
+        Database {
+            wal: Vec::new(),
+            tables: vec![Vec::new(); TABLES.len()],
+            open: Vec::new(),
+            locks: HashMap::new(),
+            exclusive: HashMap::new(),
+            next_xid: 700,
+            next_row: 1,
+            budget: transactions,
+            max_open: max_open.max(1),
+        }
+    }
+
+    /// Whether the workload is over: every transaction begun and ended.
+    pub(super) fn done(&self) -> bool {
+        self.budget == 0 && self.open.is_empty()
+    }
+
+    /// The committed contents (with every transaction ended): per table, each row's
+    /// identity and values, with how many rows share them.
+    pub(super) fn contents(&self) -> Vec<BTreeMap<Values, (Values, usize)>> {
+        self.tables
+            .iter()
+            .zip(TABLES)
+            .map(|(rows, def)| {
+                let mut out: BTreeMap<Values, (Values, usize)> = BTreeMap::new();
+                for row in rows {
+                    out.entry(def.identity(&row.values))
+                        .or_insert_with(|| (row.values.clone(), 0))
+                        .1 += 1;
+                }
+                out
+            })
+            .collect()
+    }
+
+    /// One step of the workload: a transaction begins, changes something, opens, releases
+    /// or rolls back a savepoint, commits or aborts.
+    pub(super) fn step(&mut self, rng: &mut SeedRng) {
+        if self.budget > 0
+            && (self.open.is_empty() || self.open.len() < self.max_open && rng.chance(25))
+        {
+            self.budget -= 1;
+            let xid = self.allocate_xid();
+            self.open.push(OpenTx {
+                xid,
+                sub: xid,
+                undo: Vec::new(),
+                touched: HashSet::new(),
+            });
+            return;
+        }
+        if self.open.is_empty() {
+            return;
+        }
+        let at = rng.below(self.open.len() as u64) as usize;
+        let in_sub = self.open.get(at).is_some_and(|t| t.sub != t.xid);
+        match rng.pick(&[14, 2, 2, 2, 4, 1]) {
+            0 => self.change(at, rng),
+            1 if !in_sub => {
+                let sub = self.allocate_xid();
+                if let Some(tx) = self.open.get_mut(at) {
+                    tx.sub = sub;
+                }
+            }
+            // RELEASE SAVEPOINT: the subtransaction's changes stay (under its xid).
+            2 if in_sub => {
+                if let Some(tx) = self.open.get_mut(at) {
+                    tx.sub = tx.xid;
+                }
+            }
+            3 if in_sub => self.rollback_to_savepoint(at),
+            4 => self.end(at, true),
+            5 => self.end(at, false),
+            _ => self.change(at, rng),
+        }
+    }
+
+    fn allocate_xid(&mut self) -> u32 {
+        self.next_xid += 1;
+        self.next_xid
+    }
+
+    /// Whether transaction `xid` may change `key` (no other open transaction holds it)
+    /// and the table (no other TRUNCATE holds it).
+    fn free_for(&self, xid: u32, key: &LockKey) -> bool {
+        let table = match key {
+            LockKey::Key(t, _) | LockKey::Row(t, _) => *t,
+        };
+        self.locks.get(key).is_none_or(|&holder| holder == xid)
+            && self
+                .exclusive
+                .get(&table)
+                .is_none_or(|&holder| holder == xid)
+    }
+
+    fn lock_key(&self, table: usize, row: &Row) -> LockKey {
+        match TABLES.get(table) {
+            Some(def) if !def.key.is_empty() => LockKey::Key(table, def.identity(&row.values)),
+            _ => LockKey::Row(table, row.id),
+        }
+    }
+
+    fn change(&mut self, at: usize, rng: &mut SeedRng) {
+        let Some(tx) = self.open.get(at) else {
+            return;
+        };
+        let (xid, sub) = (tx.xid, tx.sub);
+        let table = rng.below(TABLES.len() as u64) as usize;
+        if self.exclusive.get(&table).is_some_and(|&h| h != xid) {
+            return;
+        }
+        let change = match rng.pick(&[6, 5, 3, 1]) {
+            0 => self.insert(xid, table, rng),
+            1 => self.update(xid, table, rng),
+            2 => self.delete(xid, table, rng),
+            _ => self.truncate(xid, table, rng),
+        };
+        let Some((change, undo)) = change else {
+            return;
+        };
+        let Some(tx) = self.open.get_mut(at) else {
+            return;
+        };
+        tx.touched.insert(table);
+        if let Change::Truncate { tables } = &change {
+            tx.touched.extend(tables.iter().copied());
+        }
+        tx.undo.extend(undo.into_iter().map(|u| (sub, u)));
+        self.wal.push(Record::Change { xid, sub, change });
+    }
+
+    fn new_values(&mut self, table: usize, rng: &mut SeedRng) -> Values {
+        let v = (!rng.chance(15)).then(|| format!("v{}", rng.below(1000)));
+        match table {
+            0 => vec![Some(rng.below(24).to_string()), v],
+            1 => vec![
+                Some(rng.below(5).to_string()),
+                Some(["a", "B", "c d", ""][rng.below(4) as usize].to_owned()),
+                v,
+            ],
+            2 => vec![
+                Some(["", "a", "b", "é", "x y", "Z", "10", "9"][rng.below(8) as usize].to_owned()),
+                v,
+            ],
+            _ => vec![Some(rng.below(3).to_string()), v],
+        }
+    }
+
+    /// Whether transaction `xid` may give a row of `table` the values `values` (no other
+    /// live row has its key, and no other transaction holds that key).
+    fn key_available(&self, xid: u32, table: usize, values: &Values, except: Option<u64>) -> bool {
+        let Some(def) = TABLES.get(table) else {
+            return false;
+        };
+        if def.key.is_empty() {
+            return true;
+        }
+        let key = def.identity(values);
+        let taken = self.tables.get(table).is_some_and(|rows| {
+            rows.iter()
+                .any(|r| Some(r.id) != except && def.identity(&r.values) == key)
+        });
+        !taken && self.free_for(xid, &LockKey::Key(table, key))
+    }
+
+    fn insert(&mut self, xid: u32, table: usize, rng: &mut SeedRng) -> Option<(Change, Vec<Undo>)> {
+        let values = self.new_values(table, rng);
+        if !self.key_available(xid, table, &values, None) {
+            return None;
+        }
+        let row = Row {
+            id: self.next_row,
+            values: values.clone(),
+        };
+        self.next_row += 1;
+        let lock = self.lock_key(table, &row);
+        self.locks.insert(lock, xid);
+        self.tables.get_mut(table)?.push(row.clone());
+        Some((
+            Change::Insert { table, new: values },
+            vec![Undo::Remove { table, id: row.id }],
+        ))
+    }
+
+    /// A live row of `table` that `xid` may change.
+    fn pick_row(&self, xid: u32, table: usize, rng: &mut SeedRng) -> Option<Row> {
+        let rows = self.tables.get(table)?;
+        let free: Vec<&Row> = rows
+            .iter()
+            .filter(|r| self.free_for(xid, &self.lock_key(table, r)))
+            .collect();
+        let pick = free.get(rng.below(free.len() as u64) as usize)?;
+        Some((*pick).clone())
+    }
+
+    fn update(&mut self, xid: u32, table: usize, rng: &mut SeedRng) -> Option<(Change, Vec<Undo>)> {
+        let row = self.pick_row(xid, table, rng)?;
+        let mut new = self.new_values(table, rng);
+        let def = TABLES.get(table)?;
+        if !def.key.is_empty() && rng.chance(60) {
+            // Most updates keep the key.
+            for &k in def.key {
+                if let (Some(slot), Some(old)) = (new.get_mut(k), row.values.get(k)) {
+                    slot.clone_from(old);
+                }
+            }
+        }
+        if !self.key_available(xid, table, &new, Some(row.id)) {
+            return None;
+        }
+        let old_lock = self.lock_key(table, &row);
+        self.locks.insert(old_lock, xid);
+        let moved = Row {
+            id: row.id,
+            values: new.clone(),
+        };
+        let new_lock = self.lock_key(table, &moved);
+        self.locks.insert(new_lock, xid);
+        let live = self
+            .tables
+            .get_mut(table)?
+            .iter_mut()
+            .find(|r| r.id == row.id)?;
+        live.values.clone_from(&new);
+        Some((
+            Change::Update {
+                table,
+                old: row.values.clone(),
+                new,
+            },
+            vec![Undo::Replace {
+                table,
+                id: row.id,
+                old: row.values,
+            }],
+        ))
+    }
+
+    fn delete(&mut self, xid: u32, table: usize, rng: &mut SeedRng) -> Option<(Change, Vec<Undo>)> {
+        let row = self.pick_row(xid, table, rng)?;
+        let lock = self.lock_key(table, &row);
+        self.locks.insert(lock, xid);
+        self.tables.get_mut(table)?.retain(|r| r.id != row.id);
+        Some((
+            Change::Delete {
+                table,
+                old: row.values.clone(),
+            },
+            vec![Undo::Restore { table, row }],
+        ))
+    }
+
+    /// `TRUNCATE` of `table` (and sometimes a second table), when no other open
+    /// transaction touched them.
+    fn truncate(
+        &mut self,
+        xid: u32,
+        table: usize,
+        rng: &mut SeedRng,
+    ) -> Option<(Change, Vec<Undo>)> {
+        let mut tables = vec![table];
+        let other = rng.below(TABLES.len() as u64) as usize;
+        if other != table && rng.chance(30) {
+            tables.push(other);
+        }
+        let blocked = tables.iter().any(|t| {
+            self.open
+                .iter()
+                .any(|o| o.xid != xid && o.touched.contains(t))
+                || self.exclusive.get(t).is_some_and(|&h| h != xid)
+        });
+        if blocked {
+            return None;
+        }
+        let mut undo = Vec::new();
+        for &t in &tables {
+            self.exclusive.insert(t, xid);
+            let rows = std::mem::take(self.tables.get_mut(t)?);
+            undo.push(Undo::RestoreAll { table: t, rows });
+        }
+        Some((Change::Truncate { tables }, undo))
+    }
+
+    fn undo(&mut self, undo: Undo) {
+        match undo {
+            Undo::Remove { table, id } => {
+                if let Some(rows) = self.tables.get_mut(table) {
+                    rows.retain(|r| r.id != id);
+                }
+            }
+            Undo::Restore { table, row } => {
+                if let Some(rows) = self.tables.get_mut(table) {
+                    rows.push(row);
+                }
+            }
+            Undo::Replace { table, id, old } => {
+                if let Some(row) = self
+                    .tables
+                    .get_mut(table)
+                    .and_then(|rows| rows.iter_mut().find(|r| r.id == id))
+                {
+                    row.values = old;
+                }
+            }
+            Undo::RestoreAll { table, rows } => {
+                if let Some(live) = self.tables.get_mut(table) {
+                    live.extend(rows);
+                }
+            }
+        }
+    }
+
+    /// `ROLLBACK TO SAVEPOINT`: the open subtransaction's changes are undone (its locks
+    /// are kept to the end of the transaction: a stricter schedule, still a possible one).
+    fn rollback_to_savepoint(&mut self, at: usize) {
+        let Some(tx) = self.open.get_mut(at) else {
+            return;
+        };
+        let (xid, sub) = (tx.xid, tx.sub);
+        let mut undone = Vec::new();
+        while tx.undo.last().is_some_and(|(s, _)| *s == sub) {
+            if let Some((_, u)) = tx.undo.pop() {
+                undone.push(u);
+            }
+        }
+        tx.sub = xid;
+        for u in undone {
+            self.undo(u);
+        }
+        self.wal.push(Record::SubAbort { xid, sub });
+    }
+
+    fn end(&mut self, at: usize, commit: bool) {
+        if at >= self.open.len() {
+            return;
+        }
+        let tx = self.open.remove(at);
+        if !commit {
+            for (_, u) in tx.undo.into_iter().rev() {
+                self.undo(u);
+            }
+        }
+        self.locks.retain(|_, holder| *holder != tx.xid);
+        self.exclusive.retain(|_, holder| *holder != tx.xid);
+        self.wal.push(if commit {
+            Record::Commit { xid: tx.xid }
+        } else {
+            Record::Abort { xid: tx.xid }
+        });
+    }
+}
