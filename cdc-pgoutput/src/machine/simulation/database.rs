@@ -92,8 +92,12 @@ pub(super) enum Change {
         table: usize,
         old: Values,
     },
+    /// `new_files`: the tables given a new file (and so a relation cache invalidation);
+    /// a table truncated again in the subtransaction that gave it its new file is
+    /// truncated in place, without one.
     Truncate {
         tables: Vec<usize>,
+        new_files: Vec<usize>,
     },
 }
 
@@ -118,6 +122,18 @@ pub(super) enum Record {
     Abort {
         xid: u32,
     },
+}
+
+/// What a client did, in order: the workload as statements (see `against_postgres`).
+#[derive(Clone, Debug)]
+pub(super) enum Statement {
+    Begin { xid: u32 },
+    Savepoint { xid: u32 },
+    Release { xid: u32 },
+    RollbackToSavepoint { xid: u32 },
+    Change { xid: u32, change: Change },
+    Commit { xid: u32 },
+    Abort { xid: u32 },
 }
 
 /// Where record `index` starts in the WAL.
@@ -152,6 +168,9 @@ struct OpenTx {
     sub: u32,
     undo: Vec<(u32, Undo)>,
     touched: HashSet<usize>,
+    /// Tables truncated in this transaction, with the subtransaction that gave them
+    /// their new file (`rd_newRelfilelocatorSubid`).
+    new_files: HashMap<usize, u32>,
 }
 
 /// What a lock protects: a key of a keyed table, or one row of a keyless one.
@@ -165,6 +184,8 @@ enum LockKey {
 #[derive(Debug)]
 pub(super) struct Database {
     pub wal: Vec<Record>,
+    /// Every statement that took effect, in order.
+    pub statements: Vec<Statement>,
     tables: Vec<Vec<Row>>,
     open: Vec<OpenTx>,
     locks: HashMap<LockKey, u32>,
@@ -183,6 +204,7 @@ impl Database {
     pub(super) fn new(transactions: u32, max_open: usize) -> Self {
         Database {
             wal: Vec::new(),
+            statements: Vec::new(),
             tables: vec![Vec::new(); TABLES.len()],
             open: Vec::new(),
             locks: HashMap::new(),
@@ -225,11 +247,13 @@ impl Database {
         {
             self.budget -= 1;
             let xid = self.allocate_xid();
+            self.statements.push(Statement::Begin { xid });
             self.open.push(OpenTx {
                 xid,
                 sub: xid,
                 undo: Vec::new(),
                 touched: HashSet::new(),
+                new_files: HashMap::new(),
             });
             return;
         }
@@ -244,12 +268,20 @@ impl Database {
                 let sub = self.allocate_xid();
                 if let Some(tx) = self.open.get_mut(at) {
                     tx.sub = sub;
+                    self.statements.push(Statement::Savepoint { xid: tx.xid });
                 }
             }
             // RELEASE SAVEPOINT: the subtransaction's changes stay (under its xid).
             2 if in_sub => {
                 if let Some(tx) = self.open.get_mut(at) {
-                    tx.sub = tx.xid;
+                    let (xid, sub) = (tx.xid, tx.sub);
+                    for owner in tx.new_files.values_mut() {
+                        if *owner == sub {
+                            *owner = xid;
+                        }
+                    }
+                    tx.sub = xid;
+                    self.statements.push(Statement::Release { xid });
                 }
             }
             3 if in_sub => self.rollback_to_savepoint(at),
@@ -297,7 +329,7 @@ impl Database {
             0 => self.insert(xid, table, rng),
             1 => self.update(xid, table, rng),
             2 => self.delete(xid, table, rng),
-            _ => self.truncate(xid, table, rng),
+            _ => self.truncate(at, table, rng),
         };
         let Some((change, undo)) = change else {
             return;
@@ -306,10 +338,14 @@ impl Database {
             return;
         };
         tx.touched.insert(table);
-        if let Change::Truncate { tables } = &change {
+        if let Change::Truncate { tables, .. } = &change {
             tx.touched.extend(tables.iter().copied());
         }
         tx.undo.extend(undo.into_iter().map(|u| (sub, u)));
+        self.statements.push(Statement::Change {
+            xid,
+            change: change.clone(),
+        });
         self.wal.push(Record::Change { xid, sub, change });
     }
 
@@ -438,10 +474,11 @@ impl Database {
     /// transaction touched them.
     fn truncate(
         &mut self,
-        xid: u32,
+        at: usize,
         table: usize,
         rng: &mut SeedRng,
     ) -> Option<(Change, Vec<Undo>)> {
+        let (xid, sub) = self.open.get(at).map(|t| (t.xid, t.sub))?;
         let mut tables = vec![table];
         let other = rng.below(TABLES.len() as u64) as usize;
         if other != table && rng.chance(30) {
@@ -462,7 +499,15 @@ impl Database {
             let rows = std::mem::take(self.tables.get_mut(t)?);
             undo.push(Undo::RestoreAll { table: t, rows });
         }
-        Some((Change::Truncate { tables }, undo))
+        let tx = self.open.get_mut(at)?;
+        let mut new_files = Vec::new();
+        for &t in &tables {
+            if tx.new_files.get(&t) != Some(&sub) {
+                tx.new_files.insert(t, sub);
+                new_files.push(t);
+            }
+        }
+        Some((Change::Truncate { tables, new_files }, undo))
     }
 
     fn undo(&mut self, undo: Undo) {
@@ -508,9 +553,11 @@ impl Database {
             }
         }
         tx.sub = xid;
+        tx.new_files.retain(|_, owner| *owner != sub);
         for u in undone {
             self.undo(u);
         }
+        self.statements.push(Statement::RollbackToSavepoint { xid });
         self.wal.push(Record::SubAbort { xid, sub });
     }
 
@@ -526,6 +573,11 @@ impl Database {
         }
         self.locks.retain(|_, holder| *holder != tx.xid);
         self.exclusive.retain(|_, holder| *holder != tx.xid);
+        self.statements.push(if commit {
+            Statement::Commit { xid: tx.xid }
+        } else {
+            Statement::Abort { xid: tx.xid }
+        });
         self.wal.push(if commit {
             Record::Commit { xid: tx.xid }
         } else {

@@ -23,6 +23,8 @@
 //! real-cluster tests check the same behaviour end to end (`cdc-postgres` `source_faults`:
 //! walsender kills, consumer kills at random points, a Postgres restart).
 
+#[cfg(test)]
+mod against_postgres;
 mod database;
 mod sink;
 mod walsender;

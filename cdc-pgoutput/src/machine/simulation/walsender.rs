@@ -57,16 +57,48 @@ pub(super) struct WalsenderOptions {
     pub keepalives: u64,
 }
 
+/// What a transaction's reorder buffer holds, in order.
+#[derive(Debug)]
+enum Entry {
+    Change(Change),
+    /// Another transaction that truncated these tables committed here: its invalidations
+    /// were distributed to this one (`SnapBuildDistributeSnapshotAndInval`).
+    Invalidate(Vec<u32>),
+}
+
 #[derive(Debug, Default)]
 struct TxBuffer {
     /// Changes not yet sent, with their subtransaction.
-    changes: Vec<(u32, Change)>,
+    changes: Vec<(u32, Entry)>,
     /// A segment of it was streamed in this session.
     streamed: bool,
     /// Subtransactions with changes in streamed segments.
     streamed_subs: HashSet<u32>,
     /// Relations whose schema went out in its segments.
     relations: HashSet<u32>,
+    /// Tables it truncated, also in subtransactions that aborted: their invalidations
+    /// are collected under the top-level transaction and run when it ends.
+    truncated: Vec<u32>,
+    /// Tables whose invalidations other transactions' commits distributed to it: run
+    /// when it ends too, but not passed on by its own commit.
+    distributed: Vec<u32>,
+}
+
+impl TxBuffer {
+    /// Every invalidation that runs at its end.
+    fn invalidations(&self) -> Vec<u32> {
+        let mut all = self.truncated.clone();
+        all.extend_from_slice(&self.distributed);
+        all
+    }
+}
+
+impl TxBuffer {
+    fn has_changes(&self) -> bool {
+        self.changes
+            .iter()
+            .any(|(_, e)| matches!(e, Entry::Change(_)))
+    }
 }
 
 /// One replication session.
@@ -140,11 +172,9 @@ impl Walsender {
         let passed_start = record_lsn(index) >= self.start;
         match record {
             Record::Change { xid, sub, change } => {
-                self.buffers
-                    .entry(*xid)
-                    .or_default()
-                    .changes
-                    .push((*sub, change.clone()));
+                let buffer = self.buffers.entry(*xid).or_default();
+                buffer.truncated.extend(new_files(change));
+                buffer.changes.push((*sub, Entry::Change(change.clone())));
                 let buffered: usize = self.buffers.values().map(|b| b.changes.len()).sum();
                 if self.options.streaming && passed_start && buffered > self.options.stream_after {
                     let largest = self
@@ -172,6 +202,7 @@ impl Walsender {
                 }
             }
             Record::Abort { xid } => {
+                // An aborted transaction changed no catalog: nothing is invalidated.
                 let Some(buffer) = self.buffers.remove(xid) else {
                     return;
                 };
@@ -181,23 +212,26 @@ impl Walsender {
             }
             Record::Commit { xid } => {
                 let buffer = self.buffers.remove(xid).unwrap_or_default();
+                self.distribute(&buffer.truncated);
                 let commit_lsn = record_lsn(index);
                 if commit_lsn < self.start {
+                    self.invalidate(&buffer.invalidations());
                     return;
                 }
                 if buffer.streamed {
                     let xid = *xid;
                     let relations = buffer.relations.clone();
                     self.buffers.insert(xid, buffer);
-                    if self
-                        .buffers
-                        .get(&xid)
-                        .is_some_and(|b| !b.changes.is_empty())
-                    {
+                    if self.buffers.get(&xid).is_some_and(TxBuffer::has_changes) {
                         self.stream_segment(xid, &mut sent);
                     }
-                    self.buffers.remove(&xid);
+                    let invalidations = self
+                        .buffers
+                        .remove(&xid)
+                        .map(|b| b.invalidations())
+                        .unwrap_or_default();
                     self.relations_sent.extend(relations);
+                    self.invalidate(&invalidations);
                     sent.send(&PgOutputMessage::StreamCommit(StreamCommit {
                         xid,
                         flags: 0,
@@ -207,7 +241,8 @@ impl Walsender {
                     }));
                     return;
                 }
-                if buffer.changes.is_empty() && self.options.skip_empty {
+                if !buffer.has_changes() && self.options.skip_empty {
+                    self.invalidate(&buffer.invalidations());
                     return;
                 }
                 sent.send(&PgOutputMessage::Begin(Begin {
@@ -215,7 +250,15 @@ impl Walsender {
                     commit_timestamp: index as i64,
                     xid: *xid,
                 }));
-                for (_, change) in &buffer.changes {
+                for (_, entry) in &buffer.changes {
+                    let change = match entry {
+                        Entry::Change(change) => change,
+                        Entry::Invalidate(tables) => {
+                            self.invalidate(tables);
+                            continue;
+                        }
+                    };
+                    self.invalidate_truncated(change);
                     for table in tables_of(change) {
                         if self.relations_sent.insert(table.relation_id) {
                             sent.send(&relation(table, None));
@@ -223,12 +266,44 @@ impl Walsender {
                     }
                     sent.send(&data_message(change, None));
                 }
+                // The transaction's invalidations run again once it is replayed.
+                self.invalidate(&buffer.invalidations());
                 sent.send(&PgOutputMessage::Commit(Commit {
                     flags: 0,
                     commit_lsn,
                     end_lsn: record_end(index),
                     commit_timestamp: index as i64,
                 }));
+            }
+        }
+    }
+
+    /// A TRUNCATE that gives a table a new file invalidates its relation cache entry, and
+    /// pgoutput (`rel_sync_cache_relation_cb`) sends the schema again, in this session
+    /// and in every streamed transaction.
+    fn invalidate_truncated(&mut self, change: &Change) {
+        let tables = new_files(change);
+        self.invalidate(&tables);
+    }
+
+    /// A transaction that truncated `tables` committed: every transaction still in the
+    /// reorder buffer runs its invalidations at this point of its changes, and at its end.
+    fn distribute(&mut self, tables: &[u32]) {
+        if tables.is_empty() {
+            return;
+        }
+        for buffer in self.buffers.values_mut() {
+            buffer.changes.push((0, Entry::Invalidate(tables.to_vec())));
+            buffer.distributed.extend_from_slice(tables);
+        }
+    }
+
+    /// The schemas of `tables` go out again before their next change.
+    fn invalidate(&mut self, tables: &[u32]) {
+        for table in tables {
+            self.relations_sent.remove(table);
+            for buffer in self.buffers.values_mut() {
+                buffer.relations.remove(table);
             }
         }
     }
@@ -254,7 +329,19 @@ impl Walsender {
             first_segment: !buffer.streamed,
         }));
         buffer.streamed = true;
-        for (sub, change) in std::mem::take(&mut buffer.changes) {
+        let changes = std::mem::take(&mut buffer.changes);
+        for (sub, entry) in changes {
+            let change = match entry {
+                Entry::Change(change) => change,
+                Entry::Invalidate(tables) => {
+                    self.invalidate(&tables);
+                    continue;
+                }
+            };
+            self.invalidate_truncated(&change);
+            let Some(buffer) = self.buffers.get_mut(&xid) else {
+                return;
+            };
             for table in tables_of(&change) {
                 // In a stream, pgoutput counts a schema as sent per transaction only, and
                 // tags it with the subtransaction of the change it goes before.
@@ -312,9 +399,21 @@ fn tables_of(change: &Change) -> Vec<&'static TableDef> {
         | Change::Delete { table, .. } => {
             vec![*table]
         }
-        Change::Truncate { tables } => tables.clone(),
+        Change::Truncate { tables, .. } => tables.clone(),
     };
     indexes.into_iter().filter_map(|t| TABLES.get(t)).collect()
+}
+
+/// The relation ids of the tables a TRUNCATE gave new files.
+fn new_files(change: &Change) -> Vec<u32> {
+    match change {
+        Change::Truncate { new_files, .. } => new_files
+            .iter()
+            .filter_map(|t| TABLES.get(*t))
+            .map(|t| t.relation_id)
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 fn relation(table: &TableDef, xid: Option<u32>) -> PgOutputMessage {
@@ -405,7 +504,7 @@ fn data_message(change: &Change, xid: Option<u32>) -> PgOutputMessage {
                 old: old_tuple(&table, old),
             })
         }
-        Change::Truncate { tables } => PgOutputMessage::Truncate(Truncate {
+        Change::Truncate { tables, .. } => PgOutputMessage::Truncate(Truncate {
             xid,
             options: 0,
             relation_ids: tables
