@@ -25,12 +25,7 @@ IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 # Cycles known and being removed, each with the work that removes it: (crate, sorted
 # module names of the cycle). Any other cycle fails; so does a listed one that is gone
 # (take it off the list), so the list only shrinks.
-KNOWN_CYCLES = {
-    # PgSource's methods spread over source/mod.rs and source/start.rs (and batching.rs,
-    # reconnect.rs, through method calls this script cannot see): the source machine of
-    # issue 45 makes PgSource a driver that depends on the machine, not the other way.
-    ("cdc-postgres", ("source", "source::start")),
-}
+KNOWN_CYCLES = set()
 
 
 def strip_comments_and_strings(text):

@@ -178,7 +178,7 @@ impl PgSource {
                     .as_ref()
                     .is_some_and(|p| p.streaming == crate::conn::Streaming::Parallel),
             ),
-            routing: start::routing(&self.tables),
+            routing: self.routing(),
             schema_policy: self.options.schema_policy,
             messages: self.options.messages.clone(),
             stream_memory_limit: self.options.stream_memory_limit,
@@ -214,7 +214,7 @@ impl Source for PgSource {
             "cannot start yet; retrying",
         );
         loop {
-            match start::start(self, resume).await {
+            match self.start_once(resume).await {
                 Ok(lsn) => {
                     if let Some(interval) = self.options.slot_poll_interval {
                         self.slot_poller = Some(slot_poller::SlotPoller::spawn(
@@ -317,7 +317,7 @@ impl PgSource {
         // Streaming starts at the consistent point, confirmable once the snapshot is
         // acknowledged.
         let consistent_point = snapshot.consistent_point();
-        start::after_snapshot(self).await?;
+        self.after_snapshot().await?;
         self.machine.snapshot_copied(consistent_point);
         self.snapshot = None;
         self.snapshot_progress = None;

@@ -4,9 +4,9 @@
 
 use cdc_core::{Error, Result};
 
+use super::PgSource;
 use super::options::Retries;
 use super::stats::SourceState;
-use super::{PgSource, start};
 use crate::conn::ReplicationConnection;
 use cdc_pgoutput::changes::ChangeAssembler;
 use cdc_pgoutput::protocol::pgoutput::ProtocolVersion;
@@ -44,7 +44,7 @@ impl PgSource {
         let mut last = cause;
         loop {
             tokio::time::sleep(retries.after_failure(last)?).await;
-            match start::restart_snapshot(self).await {
+            match self.restart_snapshot().await {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is_transient() => last = e,
                 Err(e) => return Err(e),

@@ -26,7 +26,30 @@ use cdc_pgoutput::protocol::pgoutput::ProtocolVersion;
 use cdc_pgoutput::types::TypeRegistry;
 
 /// Routes the configured tables (and their partitions) to themselves.
-pub(super) fn routing(tables: &[CatalogTable]) -> TableRouting {
+impl PgSource {
+    /// One attempt at starting (see `start`): resume, redo an interrupted snapshot, or
+    /// create the slot.
+    pub(super) async fn start_once(&mut self, resume: Option<&ResumeToken>) -> Result<Lsn> {
+        start(self, resume).await
+    }
+
+    /// See `restart_snapshot`.
+    pub(super) async fn restart_snapshot(&mut self) -> Result<()> {
+        restart_snapshot(self).await
+    }
+
+    /// See `after_snapshot`.
+    pub(super) async fn after_snapshot(&mut self) -> Result<()> {
+        after_snapshot(self).await
+    }
+
+    /// Which tables the stream delivers, and under which names.
+    pub(super) fn routing(&self) -> TableRouting {
+        routing(&self.tables)
+    }
+}
+
+fn routing(tables: &[CatalogTable]) -> TableRouting {
     let mut routing = TableRouting::tables(tables.iter().map(|t| t.schema.name.clone()));
     for table in tables {
         for partition in &table.partitions {
@@ -37,7 +60,7 @@ pub(super) fn routing(tables: &[CatalogTable]) -> TableRouting {
     routing
 }
 
-pub(super) async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Lsn> {
+async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Lsn> {
     let config = source.options.config.clone();
     config.validate()?;
     if config.snapshot == SnapshotMode::Online && source.options.snapshot_only {
@@ -456,7 +479,7 @@ pub(super) async fn begin_snapshot(
 
 /// Abandons a snapshot that failed transiently (connection lost) and takes a new one on
 /// a new slot, with a restart marker so the sink drops the partial copy.
-pub(super) async fn restart_snapshot(source: &mut PgSource) -> Result<()> {
+async fn restart_snapshot(source: &mut PgSource) -> Result<()> {
     source.snapshot = None;
     source.machine.set_phase(Phase::NotStarted);
     if let Some(parked) = source.parked.take() {
@@ -530,7 +553,7 @@ const SLOT_CREATION_NOTICE_AFTER: std::time::Duration = std::time::Duration::fro
 /// then starts on a new session: the stream is left unset, and the next `next_batch`
 /// reconnects from the confirmed position (the consistent point) like after any
 /// connection loss, with the same backoff and checks.
-pub(super) async fn after_snapshot(source: &mut PgSource) -> Result<()> {
+async fn after_snapshot(source: &mut PgSource) -> Result<()> {
     let parked = source.parked.take();
     if source.options.snapshot_only {
         if let Some(repl) = parked {
