@@ -286,11 +286,11 @@ impl SourceMachine {
         self.inbox.len()
     }
 
-    /// The consistent snapshot is all copied and the stream starts at `consistent_point`,
-    /// confirmable once the snapshot is acknowledged: the batch being built goes out.
+    /// The consistent snapshot is all copied; the stream starts at `consistent_point`
+    /// (confirmable once the snapshot is acknowledged), or the run ends there (the driver
+    /// set the phase): the batch being built goes out.
     pub fn snapshot_copied(&mut self, consistent_point: Lsn) {
         self.batches.push_end(consistent_point);
-        self.phase = Phase::Streaming;
         self.hand_out_now = true;
     }
 
