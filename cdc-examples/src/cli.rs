@@ -183,10 +183,15 @@ pub struct StreamArgs {
     /// a reader of the checkpointed files; a checkpoint of nothing new costs nothing.
     #[arg(long, value_parser = duration_between(CHECKPOINT_INTERVAL), default_value = "100ms")]
     pub checkpoint_interval: Duration,
-    /// Output format on stdout: Feldera JSON envelopes with a `table` key, one JSON
-    /// object per event (`json`, debugging), or readable text.
+    /// Output format on stdout: Feldera JSON envelopes with a `table` key, Debezium
+    /// records (`debezium`: key, change-event envelope and destination, one per line),
+    /// one JSON object per event (`json`, debugging), or readable text.
     #[arg(long, value_enum, default_value_t = FormatArg::Feldera)]
     pub format: FormatArg,
+    /// With --format debezium: the name in every record (`source.name`, and the first part
+    /// of each destination `<name>.<schema>.<table>`), as Debezium's `topic.prefix`.
+    #[arg(long, value_name = "NAME", default_value = "pgcdc")]
+    pub debezium_name: String,
     /// Write one Feldera JSON file per table into this directory instead of stdout,
     /// durably with its resume position (`pgcdc-checkpoint.json`): rerunning the same
     /// command resumes exactly where it stopped, without duplicates.
@@ -379,6 +384,8 @@ impl From<CommitModeArg> for CommitMode {
 pub enum FormatArg {
     /// Feldera JSON envelopes, one per line, with a `table` key.
     Feldera,
+    /// Debezium records (PostgreSQL connector format, `schemas.enable=false`), one per line.
+    Debezium,
     /// One JSON object per event (with transaction boundaries and positions).
     Json,
     /// Readable text.

@@ -3,6 +3,8 @@
 //! A sink knows the model (`cdc-core`) and its own output, and must never depend on a
 //! particular source database or its protocol crates (`cdc-pgoutput`, `cdc-postgres`).
 //!
+//! - [`debezium`]: Debezium's PostgreSQL change-event format (records of key, envelope and
+//!   destination), for Debezium's consumers;
 //! - [`feldera`]: Feldera-style JSON (`format=json`, `update_format=insert_delete`) — the
 //!   encoder, its policies, and a stream sink to any writer;
 //! - [`file`](mod@file): durable Feldera JSON files with exactly-once effect across crashes;
@@ -15,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub mod debezium;
 pub mod feldera;
 pub mod file;
 #[cfg(feature = "jetstream")]
@@ -27,6 +30,7 @@ mod json;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+pub use debezium::{DebeziumEncoder, DebeziumOptions};
 pub use feldera::{EncoderOptions, FelderaEncoder, FelderaStreamSink, Framing, Policies};
 pub use file::{FelderaFileSink, FileLayout, FileSinkOptions};
 pub use memory::{MemoryHandle, MemorySink, MemorySinkOptions};

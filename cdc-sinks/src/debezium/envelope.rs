@@ -1,0 +1,347 @@
+//! Change events → Debezium records: `{"key":…,"value":…,"destination":…}` lines, the
+//! value being the PostgreSQL connector's change-event envelope (`before`, `after`,
+//! `source`, `transaction`, `op`, `ts_ms`, `ts_us`, `ts_ns`).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use cdc_core::{
+    ChangeEvent, Error, EventKind, Lsn, OldRow, OldRowKind, Position, Row, SchemaRef,
+    SnapshotMarker, TableName, Value,
+};
+
+use super::value::write_value;
+use crate::json::{write_int, write_str};
+
+/// Microseconds from 1970-01-01 to 2000-01-01.
+const UNIX_TO_PG_MICROS: i64 = 946_684_800_000_000;
+
+/// What the records say about their source, and which records are written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DebeziumOptions {
+    /// Debezium's `topic.prefix`: `source.name`, and the first part of every record's
+    /// destination (`<name>.<schema>.<table>`).
+    pub name: String,
+    /// The database's name (`source.db`).
+    pub database: String,
+    /// A tombstone (the key with a null value) after every delete, as Debezium's
+    /// `tombstones.on.delete` (default true).
+    pub tombstones: bool,
+    /// TRUNCATE as `op: "t"` records. Debezium skips them by default
+    /// (`skipped.operations=t`); pgcdc writes them by default, since a consumer that
+    /// misses a TRUNCATE holds rows the table no longer has.
+    pub truncate: bool,
+}
+
+impl DebeziumOptions {
+    /// Records named `name`, from database `database`, with tombstones and TRUNCATEs.
+    pub fn new(name: impl Into<String>, database: impl Into<String>) -> Self {
+        DebeziumOptions {
+            name: name.into(),
+            database: database.into(),
+            tombstones: true,
+            truncate: true,
+        }
+    }
+}
+
+/// The transaction being written.
+#[derive(Clone, Copy, Debug)]
+struct Transaction {
+    xid: u32,
+    /// Commit time, microseconds since the Unix epoch.
+    commit_micros: i64,
+}
+
+/// Turns change events into Debezium records, one line each. Keeps what a record needs
+/// from earlier events: the transaction in progress (its xid and commit time, from its
+/// Begin), the commit LSN of the transaction before it (`source.sequence`), and which
+/// tables' snapshot copies are being written.
+#[derive(Debug)]
+pub struct DebeziumEncoder {
+    options: DebeziumOptions,
+    transaction: Option<Transaction>,
+    last_commit: Option<Lsn>,
+    /// Tables whose copy is being written (their inserts are snapshot reads, `op: "r"`).
+    copying: Vec<TableName>,
+    /// The first snapshot row is still to come (`source.snapshot: "first"`).
+    first_snapshot_row: bool,
+    /// When the snapshot began, microseconds since the Unix epoch (`source.ts_ms` of its
+    /// rows).
+    snapshot_micros: i64,
+    now: fn() -> i64,
+}
+
+fn wall_clock_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+impl DebeziumEncoder {
+    /// An encoder for `options`.
+    pub fn new(options: DebeziumOptions) -> Self {
+        DebeziumEncoder {
+            options,
+            transaction: None,
+            last_commit: None,
+            copying: Vec::new(),
+            first_snapshot_row: true,
+            snapshot_micros: 0,
+            now: wall_clock_micros,
+        }
+    }
+
+    /// The same encoder with a fixed clock for the envelope's processing time (tests).
+    pub fn with_clock(mut self, now: fn() -> i64) -> Self {
+        self.now = now;
+        self
+    }
+
+    /// Appends the records of `event` (none, one, or — a delete's tombstone, a key
+    /// change's delete and insert, a TRUNCATE of several tables — more), one line each.
+    /// On error `out` is left as it was.
+    pub fn encode(&mut self, event: &ChangeEvent, out: &mut Vec<u8>) -> Result<(), Error> {
+        let start = out.len();
+        let result = self.encode_inner(event, out);
+        if result.is_err() {
+            out.truncate(start);
+        }
+        result
+    }
+
+    fn encode_inner(&mut self, event: &ChangeEvent, out: &mut Vec<u8>) -> Result<(), Error> {
+        match &event.kind {
+            EventKind::Begin(begin) => {
+                self.transaction = Some(Transaction {
+                    xid: begin.xid,
+                    commit_micros: begin.commit_time_micros.saturating_add(UNIX_TO_PG_MICROS),
+                });
+            }
+            EventKind::Commit(commit) => {
+                self.last_commit = Some(commit.commit_lsn);
+                self.transaction = None;
+            }
+            EventKind::Insert { table, new } => {
+                let op = if self.copying.contains(&table.name) {
+                    "r"
+                } else {
+                    "c"
+                };
+                self.record(out, table, event.position, op, None, Some(new))?;
+            }
+            EventKind::Update { table, old, new } => {
+                let key = table.key_indexes();
+                let full_old = old.as_ref().filter(|o| o.kind == OldRowKind::Full);
+                let key_changed = !table.primary_key.is_empty()
+                    && match old {
+                        Some(OldRow {
+                            kind: OldRowKind::Key,
+                            ..
+                        }) => true,
+                        Some(old) => key.iter().any(|&i| old.values.get(i) != new.get(i)),
+                        None => false,
+                    };
+                if key_changed && let Some(old) = old {
+                    // Debezium writes a key change as a delete of the old key, its
+                    // tombstone, and a create of the new row.
+                    self.record(out, table, event.position, "d", Some(&old.values), None)?;
+                    self.tombstone(out, table, &old.values);
+                    self.record(out, table, event.position, "c", None, Some(new))?;
+                } else {
+                    let before = full_old.map(|o| &o.values);
+                    self.record(out, table, event.position, "u", before, Some(new))?;
+                }
+            }
+            EventKind::Delete { table, old } => {
+                let Some(old) = old else {
+                    return Err(Error::rejected(format!(
+                        "a delete from {} without its old row (REPLICA IDENTITY NOTHING) has no Debezium record",
+                        table.name
+                    )));
+                };
+                self.record(out, table, event.position, "d", Some(&old.values), None)?;
+                self.tombstone(out, table, &old.values);
+            }
+            EventKind::Truncate { tables, .. } if self.options.truncate => {
+                for table in tables {
+                    self.record(out, table, event.position, "t", None, None)?;
+                }
+            }
+            EventKind::Snapshot(marker) => self.snapshot_marker(marker),
+            EventKind::Truncate { .. }
+            | EventKind::SchemaChange { .. }
+            | EventKind::Message { .. } => {}
+        }
+        Ok(())
+    }
+
+    fn snapshot_marker(&mut self, marker: &SnapshotMarker) {
+        match marker {
+            SnapshotMarker::Started if self.copying.is_empty() => {
+                self.snapshot_micros = (self.now)();
+            }
+            SnapshotMarker::TableStarted(table) | SnapshotMarker::ChunkStarted { table, .. }
+                if !self.copying.contains(table) =>
+            {
+                self.copying.push(table.clone());
+            }
+            SnapshotMarker::TableCompleted { table, .. }
+            | SnapshotMarker::ChunkCompleted { table, .. } => {
+                self.copying.retain(|t| t != table);
+            }
+            _ => {}
+        }
+    }
+
+    fn destination(&self, out: &mut Vec<u8>, table: &TableName) {
+        write_str(
+            out,
+            &format!("{}.{}.{}", self.options.name, table.schema, table.name),
+        );
+    }
+
+    /// The key document: the primary key's columns in key order, or null without one.
+    fn write_key(out: &mut Vec<u8>, table: &SchemaRef, row: &[Value]) -> Result<(), Error> {
+        if table.primary_key.is_empty() {
+            out.extend_from_slice(b"null");
+            return Ok(());
+        }
+        out.push(b'{');
+        for (n, name) in table.primary_key.iter().enumerate() {
+            let Some(index) = table.column_index(name) else {
+                return Err(Error::rejected(format!(
+                    "{}: primary key column {name:?} is not among the published columns",
+                    table.name
+                )));
+            };
+            if n > 0 {
+                out.push(b',');
+            }
+            write_str(out, name);
+            out.push(b':');
+            let value = row.get(index).unwrap_or(&Value::Null);
+            if let Some(column) = table.columns.get(index) {
+                write_value(out, value, column)?;
+            }
+        }
+        out.push(b'}');
+        Ok(())
+    }
+
+    fn write_row(out: &mut Vec<u8>, table: &SchemaRef, row: &Row) -> Result<(), Error> {
+        out.push(b'{');
+        for (i, column) in table.columns.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_str(out, &column.name);
+            out.push(b':');
+            write_value(out, row.get(i).unwrap_or(&Value::Null), column)?;
+        }
+        out.push(b'}');
+        Ok(())
+    }
+
+    fn tombstone(&self, out: &mut Vec<u8>, table: &SchemaRef, old: &Row) {
+        if !self.options.tombstones {
+            return;
+        }
+        let start = out.len();
+        out.extend_from_slice(b"{\"key\":");
+        if Self::write_key(out, table, old).is_err() {
+            out.truncate(start);
+            return;
+        }
+        out.extend_from_slice(b",\"value\":null,\"destination\":");
+        self.destination(out, &table.name);
+        out.extend_from_slice(b"}\n");
+    }
+
+    /// One change record.
+    fn record(
+        &mut self,
+        out: &mut Vec<u8>,
+        table: &SchemaRef,
+        position: Position,
+        op: &str,
+        before: Option<&Row>,
+        after: Option<&Row>,
+    ) -> Result<(), Error> {
+        let snapshot_read = op == "r";
+        out.extend_from_slice(b"{\"key\":");
+        match (op, before, after) {
+            ("t", _, _) => out.extend_from_slice(b"null"),
+            (_, _, Some(row)) | (_, Some(row), None) => Self::write_key(out, table, row)?,
+            _ => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"value\":{\"before\":");
+        match before {
+            Some(row) => Self::write_row(out, table, row)?,
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"after\":");
+        match after {
+            Some(row) => Self::write_row(out, table, row)?,
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"source\":{\"version\":");
+        write_str(out, concat!("pgcdc-", env!("CARGO_PKG_VERSION")));
+        out.extend_from_slice(b",\"connector\":\"postgresql\",\"name\":");
+        write_str(out, &self.options.name);
+        let micros = if snapshot_read {
+            self.snapshot_micros
+        } else {
+            self.transaction.map_or(0, |t| t.commit_micros)
+        };
+        out.extend_from_slice(b",\"ts_ms\":");
+        write_int(out, micros.div_euclid(1000));
+        out.extend_from_slice(b",\"snapshot\":");
+        let snapshot = if !snapshot_read {
+            "false"
+        } else if std::mem::take(&mut self.first_snapshot_row) {
+            "first"
+        } else {
+            "true"
+        };
+        write_str(out, snapshot);
+        out.extend_from_slice(b",\"db\":");
+        write_str(out, &self.options.database);
+        // The change's LSN: the transaction's commit LSN (see the module documentation).
+        let lsn = position.commit_lsn.0;
+        out.extend_from_slice(b",\"sequence\":");
+        let sequence = match (snapshot_read, self.last_commit) {
+            (false, Some(last)) => format!("[\"{}\",\"{lsn}\"]", last.0),
+            _ => format!("[null,\"{lsn}\"]"),
+        };
+        write_str(out, &sequence);
+        out.extend_from_slice(b",\"ts_us\":");
+        write_int(out, micros);
+        out.extend_from_slice(b",\"ts_ns\":");
+        write_int(out, micros.saturating_mul(1000));
+        out.extend_from_slice(b",\"schema\":");
+        write_str(out, &table.name.schema);
+        out.extend_from_slice(b",\"table\":");
+        write_str(out, &table.name.name);
+        out.extend_from_slice(b",\"txId\":");
+        match self.transaction.filter(|_| !snapshot_read) {
+            Some(t) => write_int(out, t.xid),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"lsn\":");
+        write_int(out, lsn);
+        out.extend_from_slice(b",\"xmin\":null,\"origin\":null,\"origin_lsn\":null}");
+        out.extend_from_slice(b",\"transaction\":null,\"op\":");
+        write_str(out, op);
+        let now = (self.now)();
+        out.extend_from_slice(b",\"ts_ms\":");
+        write_int(out, now.div_euclid(1000));
+        out.extend_from_slice(b",\"ts_us\":");
+        write_int(out, now);
+        out.extend_from_slice(b",\"ts_ns\":");
+        write_int(out, now.saturating_mul(1000));
+        out.extend_from_slice(b"},\"destination\":");
+        self.destination(out, &table.name);
+        out.extend_from_slice(b"}\n");
+        Ok(())
+    }
+}

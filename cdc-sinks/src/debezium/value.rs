@@ -1,0 +1,336 @@
+//! One column value as Debezium's PostgreSQL connector writes it in JSON, under its default
+//! settings (`decimal.handling.mode=precise`, `time.precision.mode=adaptive`,
+//! `binary.handling.mode=bytes`, `interval.handling.mode=numeric`); the table is in the
+//! module documentation of [`crate::debezium`].
+
+use cdc_core::value::{Date, Interval, Time, TimeTz, Timestamp, TimestampTz, USECS_PER_DAY};
+use cdc_core::{ColumnSchema, Error, Numeric, Value};
+
+use crate::json::{write_f32, write_f64, write_int, write_str, write_text};
+
+/// What Debezium writes for an unchanged TOASTed value it was not sent
+/// (`unavailable.value.placeholder`).
+pub const UNAVAILABLE_VALUE: &str = "__debezium_unavailable_value";
+
+/// Days from 1970-01-01 to 2000-01-01.
+const UNIX_TO_PG_DAYS: i64 = 10_957;
+/// Microseconds from 1970-01-01 to 2000-01-01.
+const UNIX_TO_PG_MICROS: i64 = UNIX_TO_PG_DAYS * USECS_PER_DAY;
+/// Debezium counts a month as 30.4375 days (365.25 / 12) in microseconds.
+const MICROS_PER_MONTH: i64 = 2_629_800_000_000;
+
+/// The type modifier's declared fractional-second precision (`time(3)` → 3); 6 without.
+fn time_precision(column: &ColumnSchema) -> i32 {
+    let modifier = column.column_type.modifier;
+    if modifier < 0 { 6 } else { modifier }
+}
+
+/// The declared scale of a `numeric(p, s)`, if it has one.
+pub(super) fn numeric_scale(column: &ColumnSchema) -> Option<u32> {
+    let modifier = column.column_type.modifier;
+    (modifier >= 4).then(|| ((modifier - 4) & 0xFFFF) as u32)
+}
+
+/// Appends the JSON of `value` in `column`. `Rejected` for what the encoder cannot express
+/// (binary-form values of types it does not know).
+pub(super) fn write_value(
+    out: &mut Vec<u8>,
+    value: &Value,
+    column: &ColumnSchema,
+) -> Result<(), Error> {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Int2(v) => write_int(out, *v),
+        Value::Int4(v) => write_int(out, *v),
+        Value::Int8(v) => write_int(out, *v),
+        Value::Oid(v) => write_int(out, *v),
+        Value::Float4(v) if v.is_finite() => write_f32(out, *v),
+        Value::Float8(v) if v.is_finite() => write_f64(out, *v),
+        // Java writes the special values of a float as strings.
+        Value::Float4(v) => write_non_finite(out, f64::from(*v)),
+        Value::Float8(v) => write_non_finite(out, *v),
+        Value::Numeric(Numeric::Finite(text)) => {
+            write_numeric(out, text.as_str(), numeric_scale(column))?
+        }
+        // `precise` cannot carry NaN or infinities: Debezium writes null (and logs a warning).
+        Value::Numeric(_) => out.extend_from_slice(b"null"),
+        Value::Text(t) => write_text(out, t),
+        Value::Bytea(bytes) => write_base64(out, bytes),
+        Value::Date(d) => write_int(out, date_days(*d)),
+        Value::Time(t) => write_int(out, adaptive_time(*t, time_precision(column))),
+        Value::TimeTz(t) => write_zoned_time(out, *t),
+        Value::Timestamp(ts) => write_int(out, adaptive_timestamp(*ts, time_precision(column))),
+        Value::TimestampTz(ts) => write_zoned_timestamp(out, *ts),
+        Value::Interval(iv) => write_int(out, interval_micros(*iv)),
+        Value::Uuid(u) => write_str(out, &u.hyphenated().to_string()),
+        Value::Json(t) | Value::Jsonb(t) => write_text(out, t),
+        Value::Array(array) => {
+            out.push(b'[');
+            for (i, element) in array.elements.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value(out, element, column)?;
+            }
+            out.push(b']');
+        }
+        Value::Unchanged => write_str(out, UNAVAILABLE_VALUE),
+        Value::Other(other) => match &other.repr {
+            cdc_core::OtherRepr::Text(text) => write_text(out, text),
+            cdc_core::OtherRepr::Binary(_) => {
+                return Err(Error::rejected(format!(
+                    "column {:?}: a binary value of type {} has no Debezium form here; \
+                     stream it in text form (binary = false)",
+                    column.name, other.type_oid
+                )));
+            }
+        },
+    }
+    Ok(())
+}
+
+fn write_non_finite(out: &mut Vec<u8>, v: f64) {
+    let text = if v.is_nan() {
+        "NaN"
+    } else if v > 0.0 {
+        "Infinity"
+    } else {
+        "-Infinity"
+    };
+    write_str(out, text);
+}
+
+/// Days since 1970-01-01 (`io.debezium.time.Date`).
+fn date_days(date: Date) -> i64 {
+    match date {
+        Date::Days(days) => i64::from(days) + UNIX_TO_PG_DAYS,
+        // What Debezium's stream gives for PostgreSQL's infinite dates.
+        Date::Infinity => -2_147_472_692,
+        Date::NegInfinity => -2_147_472_691,
+    }
+}
+
+/// `time(p)`: milliseconds since midnight for `p` ≤ 3 (`io.debezium.time.Time`), else
+/// microseconds (`MicroTime`).
+fn adaptive_time(time: Time, precision: i32) -> i64 {
+    if precision <= 3 {
+        time.0 / 1000
+    } else {
+        time.0
+    }
+}
+
+/// `timestamp(p)`: milliseconds since the Unix epoch for `p` ≤ 3
+/// (`io.debezium.time.Timestamp`), else microseconds (`MicroTimestamp`).
+fn adaptive_timestamp(ts: Timestamp, precision: i32) -> i64 {
+    let micros = match ts {
+        Timestamp::Micros(us) => us.saturating_add(UNIX_TO_PG_MICROS),
+        Timestamp::Infinity => 9_223_372_036_825_200_000,
+        Timestamp::NegInfinity => -9_223_372_036_832_400_000,
+    };
+    if precision <= 3 {
+        micros.div_euclid(1000)
+    } else {
+        micros
+    }
+}
+
+/// Microseconds, with a month of 30.4375 days (`io.debezium.time.MicroDuration`).
+fn interval_micros(iv: Interval) -> i64 {
+    i64::from(iv.months)
+        .saturating_mul(MICROS_PER_MONTH)
+        .saturating_add(i64::from(iv.days).saturating_mul(USECS_PER_DAY))
+        .saturating_add(iv.micros)
+}
+
+/// `"HH:MM:SS[.fraction]Z"` in UTC, the fraction without trailing zeros
+/// (`io.debezium.time.ZonedTime`).
+fn write_zoned_time(out: &mut Vec<u8>, t: TimeTz) {
+    let utc = (t.time.0 - i64::from(t.offset_seconds) * 1_000_000).rem_euclid(USECS_PER_DAY);
+    let mut text = String::with_capacity(20);
+    push_time_of_day(&mut text, utc, false);
+    text.push('Z');
+    write_str(out, &text);
+}
+
+/// `"YYYY-MM-DDTHH:MM:SS.ffffffZ"` in UTC, always six fraction digits
+/// (`io.debezium.time.ZonedTimestamp`); PostgreSQL's infinities as `"infinity"`.
+fn write_zoned_timestamp(out: &mut Vec<u8>, ts: TimestampTz) {
+    let micros = match ts {
+        TimestampTz::Micros(us) => us,
+        TimestampTz::Infinity => return write_str(out, "infinity"),
+        TimestampTz::NegInfinity => return write_str(out, "-infinity"),
+    };
+    let days = micros.div_euclid(USECS_PER_DAY);
+    let of_day = micros.rem_euclid(USECS_PER_DAY);
+    let (year, month, day) =
+        cdc_core::value::julian_to_ymd(days + cdc_core::value::POSTGRES_EPOCH_JDATE);
+    let mut text = String::with_capacity(32);
+    if (0..=9999).contains(&year) {
+        text.push_str(&format!("{year:04}-{month:02}-{day:02}T"));
+    } else {
+        // Java's ISO format signs years outside 0000–9999.
+        text.push_str(&format!("{year:+05}-{month:02}-{day:02}T"));
+    }
+    push_time_of_day(&mut text, of_day, true);
+    text.push('Z');
+    write_str(out, &text);
+}
+
+/// `HH:MM:SS` and the fraction: all six digits when `full`, else without trailing zeros
+/// (none when zero).
+fn push_time_of_day(text: &mut String, micros: i64, full: bool) {
+    let seconds = micros / 1_000_000;
+    let fraction = micros % 1_000_000;
+    text.push_str(&format!(
+        "{:02}:{:02}:{:02}",
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60
+    ));
+    if full {
+        text.push_str(&format!(".{fraction:06}"));
+    } else if fraction != 0 {
+        let digits = format!("{fraction:06}");
+        text.push('.');
+        text.push_str(digits.trim_end_matches('0'));
+    }
+}
+
+/// A finite numeric: with a declared scale, the unscaled value's bytes
+/// (`org.apache.kafka.connect.data.Decimal`); without one, `{"scale":s,"value":bytes}`
+/// with the scale of the value (`io.debezium.data.VariableScaleDecimal`).
+fn write_numeric(out: &mut Vec<u8>, text: &str, declared: Option<u32>) -> Result<(), Error> {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (int_part, frac_part) = digits.split_once('.').unwrap_or((digits, ""));
+    let scale = declared.unwrap_or(frac_part.len() as u32);
+    let mut unscaled: Vec<u8> = Vec::with_capacity(int_part.len() + scale as usize);
+    unscaled.extend_from_slice(int_part.as_bytes());
+    // The value has the column's scale already (PostgreSQL stores it so); pad or cut
+    // should it not.
+    let frac = frac_part.as_bytes();
+    for i in 0..scale as usize {
+        unscaled.push(frac.get(i).copied().unwrap_or(b'0'));
+    }
+    if !unscaled.iter().all(u8::is_ascii_digit) {
+        return Err(Error::rejected(format!("malformed numeric {text:?}")));
+    }
+    let bytes = twos_complement(&unscaled, negative);
+    match declared {
+        Some(_) => write_base64(out, &bytes),
+        None => {
+            out.extend_from_slice(b"{\"scale\":");
+            write_int(out, scale);
+            out.extend_from_slice(b",\"value\":");
+            write_base64(out, &bytes);
+            out.push(b'}');
+        }
+    }
+    Ok(())
+}
+
+/// The big-endian two's-complement bytes of the decimal integer `digits` (negated when
+/// `negative`), as Java's `BigInteger.toByteArray` gives them: as few bytes as hold the
+/// sign.
+pub(super) fn twos_complement(digits: &[u8], negative: bool) -> Vec<u8> {
+    // Base 2^32 limbs, least significant first.
+    let mut limbs: Vec<u32> = Vec::new();
+    for &d in digits {
+        let mut carry = u64::from(d - b'0');
+        for limb in &mut limbs {
+            let v = u64::from(*limb) * 10 + carry;
+            *limb = v as u32;
+            carry = v >> 32;
+        }
+        if carry > 0 {
+            limbs.push(carry as u32);
+        }
+    }
+    let is_zero = limbs.iter().all(|&l| l == 0);
+    if negative && !is_zero {
+        // -m is ~(m - 1).
+        for limb in &mut limbs {
+            let (v, borrow) = limb.overflowing_sub(1);
+            *limb = v;
+            if !borrow {
+                break;
+            }
+        }
+    }
+    let mut bytes: Vec<u8> = limbs.iter().rev().flat_map(|l| l.to_be_bytes()).collect();
+    let first_nonzero = bytes.iter().position(|&b| b != 0).unwrap_or(bytes.len());
+    bytes.drain(..first_nonzero);
+    if negative && !is_zero {
+        for b in &mut bytes {
+            *b = !*b;
+        }
+        if bytes.first().is_none_or(|&b| b & 0x80 == 0) {
+            bytes.insert(0, 0xFF);
+        }
+    } else if bytes.first().is_none_or(|&b| b & 0x80 != 0) {
+        bytes.insert(0, 0);
+    }
+    bytes
+}
+
+const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// `bytes` as a JSON string in standard base64 with padding (what Kafka's JSON converter
+/// writes for Connect `bytes`).
+pub(super) fn write_base64(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.reserve(bytes.len().div_ceil(3) * 4 + 2);
+    out.push(b'"');
+    for chunk in bytes.chunks(3) {
+        let b0 = chunk.first().copied().unwrap_or(0);
+        let b1 = chunk.get(1).copied().unwrap_or(0);
+        let b2 = chunk.get(2).copied().unwrap_or(0);
+        let n = (u32::from(b0) << 16) | (u32::from(b1) << 8) | u32::from(b2);
+        let sextet = |shift: u32| BASE64[((n >> shift) & 63) as usize];
+        out.push(sextet(18));
+        out.push(sextet(12));
+        out.push(if chunk.len() > 1 { sextet(6) } else { b'=' });
+        out.push(if chunk.len() > 2 { sextet(0) } else { b'=' });
+    }
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b64(bytes: &[u8]) -> String {
+        let mut out = Vec::new();
+        write_base64(&mut out, bytes);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn unscaled_values_are_java_big_integer_bytes() {
+        // The values Debezium wrote for them (benches/debezium/NOTES.md).
+        assert_eq!(b64(&twos_complement(b"1234567", false)), "\"EtaH\"");
+        assert_eq!(b64(&twos_complement(b"0001", true)), "\"/w==\"");
+        assert_eq!(b64(&twos_complement(b"1500", false)), "\"Bdw=\"");
+        assert_eq!(b64(&twos_complement(b"100", false)), "\"ZA==\"");
+        assert_eq!(b64(&twos_complement(b"0", false)), "\"AA==\"");
+        assert_eq!(twos_complement(b"128", false), vec![0x00, 0x80]);
+        assert_eq!(twos_complement(b"128", true), vec![0x80]);
+        assert_eq!(twos_complement(b"129", true), vec![0xFF, 0x7F]);
+        assert_eq!(twos_complement(b"256", true), vec![0xFF, 0x00]);
+        assert_eq!(
+            b64(&twos_complement(b"314159265358979323846", false)),
+            "\"EQfV61tbpNfG\""
+        );
+    }
+
+    #[test]
+    fn base64_pads_like_the_standard_alphabet() {
+        assert_eq!(b64(b""), "\"\"");
+        assert_eq!(b64(&[0x00, 0x01, 0xff]), "\"AAH/\"");
+        assert_eq!(b64(&[0xde, 0xad, 0xbe, 0xef]), "\"3q2+7w==\"");
+    }
+}
