@@ -192,6 +192,15 @@ pub struct StreamArgs {
     /// of each destination `<name>.<schema>.<table>`), as Debezium's `topic.prefix`.
     #[arg(long, value_name = "NAME", default_value = "pgcdc")]
     pub debezium_name: String,
+    /// With --format debezium: each key and value with its Kafka Connect schema
+    /// (`{"schema":…,"payload":…}`, Debezium's `schemas.enable`; Feldera's Debezium input
+    /// needs it), or the documents alone.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub debezium_schemas: bool,
+    /// With --format debezium: numerics exact as Debezium's default (`precise`), as text
+    /// (`string`, what Feldera's `debezium_postgres` flavor reads), or as doubles.
+    #[arg(long, value_enum, default_value_t = DecimalArg::Precise)]
+    pub debezium_decimal: DecimalArg,
     /// Write one Feldera JSON file per table into this directory instead of stdout,
     /// durably with its resume position (`pgcdc-checkpoint.json`): rerunning the same
     /// command resumes exactly where it stopped, without duplicates.
@@ -390,6 +399,17 @@ pub enum FormatArg {
     Json,
     /// Readable text.
     Text,
+}
+
+/// `--debezium-decimal`: Debezium's `decimal.handling.mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DecimalArg {
+    /// Unscaled bytes (base64) with the scale: exact.
+    Precise,
+    /// The number's text.
+    String,
+    /// A JSON number (a double).
+    Double,
 }
 
 /// `--layout`.

@@ -107,13 +107,17 @@ fn lines(text: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The parts of a record that must match.
+/// The parts of a record that must match. With schemas, the key and value are each
+/// `{"schema", "payload"}`: both schemas must match, and the payloads as without.
 fn comparable(record: &Value) -> Value {
+    let (key, key_schema) = split_schema(&record["key"]);
+    let (value, value_schema) = split_schema(&record["value"]);
     let mut out = serde_json::json!({
         "destination": record["destination"],
-        "key": record["key"],
+        "key": key,
+        "key_schema": key_schema,
+        "value_schema": value_schema,
     });
-    let value = &record["value"];
     if value.is_null() {
         out["value"] = Value::Null;
         return out;
@@ -143,8 +147,25 @@ fn comparable(record: &Value) -> Value {
     out
 }
 
+/// A key or value and its schema (null without one).
+fn split_schema(document: &Value) -> (Value, Value) {
+    match document.get("payload") {
+        Some(payload) if document.get("schema").is_some() => {
+            (payload.clone(), document["schema"].clone())
+        }
+        _ => (document.clone(), Value::Null),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgcdc_writes_what_debezium_writes() {
+    // Debezium's defaults but NULLs kept (see `comparable`), without schemas; then with
+    // schemas and numerics as text, what Feldera's Debezium input reads.
+    compare(false, "precise").await;
+    compare(true, "string").await;
+}
+
+async fn compare(schemas: bool, decimals: &str) {
     let python = workspace().join("benches/debezium/venv/bin/python");
     assert!(
         python.exists(),
@@ -184,7 +205,9 @@ async fn pgcdc_writes_what_debezium_writes() {
         .arg(&dbz_out)
         .arg("--ready-file")
         .arg(&ready)
-        .args(["--fresh", "--drop-slot-on-stop", "--no-schemas"])
+        .args(["--fresh", "--drop-slot-on-stop"])
+        .args(["-p", &format!("converter.schemas.enable={schemas}")])
+        .args(["-p", &format!("decimal.handling.mode={decimals}")])
         .args(["--idle-timeout", "8", "--max-runtime", "150"])
         .args(["-p", "skipped.operations=none"])
         .args(["-p", "converter.replace.null.with.default=false"])
@@ -245,6 +268,10 @@ async fn pgcdc_writes_what_debezium_writes() {
             "--end-lsn",
             &end,
             "--quiet",
+            "--debezium-schemas",
+            &schemas.to_string(),
+            "--debezium-decimal",
+            decimals,
         ]),
         TIMEOUT,
     );
@@ -260,11 +287,22 @@ async fn pgcdc_writes_what_debezium_writes() {
     let theirs = lines(&std::fs::read_to_string(&dbz_out).unwrap());
 
     assert!(theirs.len() > 30, "only {} Debezium records", theirs.len());
+    // The variant compares what it says it does: schemas beside every non-tombstone value.
+    let with_schema = theirs
+        .iter()
+        .filter(|r| !r["value"].is_null())
+        .all(|r| split_schema(&r["value"]).1.is_object());
+    assert_eq!(
+        with_schema, schemas,
+        "Debezium's records and schemas.enable={schemas}"
+    );
     let mut differences = Vec::new();
     for (i, pair) in ours.iter().zip(&theirs).enumerate() {
         let (a, b) = (comparable(pair.0), comparable(pair.1));
         if a != b {
-            differences.push(format!("record {i}:\n  pgcdc:    {a}\n  debezium: {b}"));
+            differences.push(format!(
+                "schemas {schemas}, decimals {decimals}, record {i}:\n  pgcdc:    {a}\n  debezium: {b}"
+            ));
         }
     }
     assert!(

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use cdc_core::{CommitMode, PipelineConfig};
 use cdc_postgres::conn::{SnapshotMode, connect_sql};
 use cdc_postgres::source::{PgSource, PgSourceOptions};
+use cdc_sinks::debezium::DecimalMode;
 use cdc_sinks::jetstream::JetStreamSink;
 use cdc_sinks::{
     DebeziumOptions, EncoderOptions, FelderaFileSink, FelderaStreamSink, FileLayout,
@@ -15,7 +16,7 @@ use cdc_sinks::{
 
 use super::{RunOptions, RunOutcome, ensure_publication, ready_to_stream, run_pipeline};
 use crate::cli::{
-    CliError, CommitModeArg, FormatArg, GlobalArgs, LayoutArg, SnapshotArg, StreamArgs,
+    CliError, CommitModeArg, DecimalArg, FormatArg, GlobalArgs, LayoutArg, SnapshotArg, StreamArgs,
 };
 use crate::source_guard::{GuardedSource, SlotPermission};
 
@@ -147,7 +148,13 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
             run_pipeline(source, sink, pipeline, &run).await?
         }
         (None, FormatArg::Debezium) => {
-            let options = DebeziumOptions::new(&args.debezium_name, &config.connection.dbname);
+            let mut options = DebeziumOptions::new(&args.debezium_name, &config.connection.dbname);
+            options.schemas = args.debezium_schemas;
+            options.decimals = match args.debezium_decimal {
+                DecimalArg::Precise => DecimalMode::Precise,
+                DecimalArg::String => DecimalMode::String,
+                DecimalArg::Double => DecimalMode::Double,
+            };
             let sink = StdoutSink::new(stdout(), StdoutFormat::Debezium).with_debezium(options);
             run_pipeline(source, sink, pipeline, &run).await?
         }

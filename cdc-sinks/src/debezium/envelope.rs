@@ -2,6 +2,8 @@
 //! value being the PostgreSQL connector's change-event envelope (`before`, `after`,
 //! `source`, `transaction`, `op`, `ts_ms`, `ts_us`, `ts_ns`).
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use cdc_core::{
@@ -9,6 +11,8 @@ use cdc_core::{
     SnapshotMarker, TableName, Value,
 };
 
+use super::DecimalMode;
+use super::schema::{key_schema, value_schema};
 use super::value::write_value;
 use crate::json::{write_int, write_str};
 
@@ -30,6 +34,11 @@ pub struct DebeziumOptions {
     /// (`skipped.operations=t`); pgcdc writes them by default, since a consumer that
     /// misses a TRUNCATE holds rows the table no longer has.
     pub truncate: bool,
+    /// Each key and value as `{"schema": …, "payload": …}` with its Kafka Connect schema,
+    /// as Debezium's JSON converter writes them with `schemas.enable=true` (its default).
+    pub schemas: bool,
+    /// How numerics are written (`decimal.handling.mode`).
+    pub decimals: DecimalMode,
 }
 
 impl DebeziumOptions {
@@ -40,6 +49,8 @@ impl DebeziumOptions {
             database: database.into(),
             tombstones: true,
             truncate: true,
+            schemas: false,
+            decimals: DecimalMode::Precise,
         }
     }
 }
@@ -69,6 +80,16 @@ pub struct DebeziumEncoder {
     /// rows).
     snapshot_micros: i64,
     now: fn() -> i64,
+    /// The key and value schemas of each table's current schema (`schemas`).
+    schemas: HashMap<TableName, TableSchemas>,
+}
+
+/// The Connect schemas written for one table schema.
+#[derive(Debug)]
+struct TableSchemas {
+    table: SchemaRef,
+    key: Vec<u8>,
+    value: Vec<u8>,
 }
 
 fn wall_clock_micros() -> i64 {
@@ -88,6 +109,7 @@ impl DebeziumEncoder {
             first_snapshot_row: true,
             snapshot_micros: 0,
             now: wall_clock_micros,
+            schemas: HashMap::new(),
         }
     }
 
@@ -200,12 +222,54 @@ impl DebeziumEncoder {
         );
     }
 
-    /// The key document: the primary key's columns in key order, or null without one.
-    fn write_key(out: &mut Vec<u8>, table: &SchemaRef, row: &[Value]) -> Result<(), Error> {
+    /// The schemas of `table`, made once per table schema.
+    fn schemas_of(&mut self, table: &SchemaRef) -> &TableSchemas {
+        let stale = self
+            .schemas
+            .get(&table.name)
+            .is_none_or(|s| !Arc::ptr_eq(&s.table, table));
+        if stale {
+            let made = TableSchemas {
+                table: table.clone(),
+                key: key_schema(&self.options.name, table, self.options.decimals),
+                value: value_schema(&self.options.name, table, self.options.decimals),
+            };
+            self.schemas.insert(table.name.clone(), made);
+        }
+        &self.schemas[&table.name]
+    }
+
+    /// The key: the primary key's columns in key order (with its schema when `schemas`),
+    /// or null for a table without one.
+    fn write_key(
+        &mut self,
+        out: &mut Vec<u8>,
+        table: &SchemaRef,
+        row: &[Value],
+    ) -> Result<(), Error> {
         if table.primary_key.is_empty() {
             out.extend_from_slice(b"null");
             return Ok(());
         }
+        if self.options.schemas {
+            out.extend_from_slice(b"{\"schema\":");
+            let schema = &self.schemas_of(table).key;
+            out.extend_from_slice(schema);
+            out.extend_from_slice(b",\"payload\":");
+        }
+        self.write_key_payload(out, table, row)?;
+        if self.options.schemas {
+            out.push(b'}');
+        }
+        Ok(())
+    }
+
+    fn write_key_payload(
+        &self,
+        out: &mut Vec<u8>,
+        table: &SchemaRef,
+        row: &[Value],
+    ) -> Result<(), Error> {
         out.push(b'{');
         for (n, name) in table.primary_key.iter().enumerate() {
             let Some(index) = table.column_index(name) else {
@@ -221,14 +285,14 @@ impl DebeziumEncoder {
             out.push(b':');
             let value = row.get(index).unwrap_or(&Value::Null);
             if let Some(column) = table.columns.get(index) {
-                write_value(out, value, column)?;
+                write_value(out, value, column, self.options.decimals)?;
             }
         }
         out.push(b'}');
         Ok(())
     }
 
-    fn write_row(out: &mut Vec<u8>, table: &SchemaRef, row: &Row) -> Result<(), Error> {
+    fn write_row(&self, out: &mut Vec<u8>, table: &SchemaRef, row: &Row) -> Result<(), Error> {
         out.push(b'{');
         for (i, column) in table.columns.iter().enumerate() {
             if i > 0 {
@@ -236,19 +300,24 @@ impl DebeziumEncoder {
             }
             write_str(out, &column.name);
             out.push(b':');
-            write_value(out, row.get(i).unwrap_or(&Value::Null), column)?;
+            write_value(
+                out,
+                row.get(i).unwrap_or(&Value::Null),
+                column,
+                self.options.decimals,
+            )?;
         }
         out.push(b'}');
         Ok(())
     }
 
-    fn tombstone(&self, out: &mut Vec<u8>, table: &SchemaRef, old: &Row) {
+    fn tombstone(&mut self, out: &mut Vec<u8>, table: &SchemaRef, old: &Row) {
         if !self.options.tombstones {
             return;
         }
         let start = out.len();
         out.extend_from_slice(b"{\"key\":");
-        if Self::write_key(out, table, old).is_err() {
+        if self.write_key(out, table, old).is_err() {
             out.truncate(start);
             return;
         }
@@ -271,17 +340,24 @@ impl DebeziumEncoder {
         out.extend_from_slice(b"{\"key\":");
         match (op, before, after) {
             ("t", _, _) => out.extend_from_slice(b"null"),
-            (_, _, Some(row)) | (_, Some(row), None) => Self::write_key(out, table, row)?,
+            (_, _, Some(row)) | (_, Some(row), None) => self.write_key(out, table, row)?,
             _ => out.extend_from_slice(b"null"),
         }
-        out.extend_from_slice(b",\"value\":{\"before\":");
+        out.extend_from_slice(b",\"value\":");
+        if self.options.schemas {
+            out.extend_from_slice(b"{\"schema\":");
+            let schema = &self.schemas_of(table).value;
+            out.extend_from_slice(schema);
+            out.extend_from_slice(b",\"payload\":");
+        }
+        out.extend_from_slice(b"{\"before\":");
         match before {
-            Some(row) => Self::write_row(out, table, row)?,
+            Some(row) => self.write_row(out, table, row)?,
             None => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"after\":");
         match after {
-            Some(row) => Self::write_row(out, table, row)?,
+            Some(row) => self.write_row(out, table, row)?,
             None => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"source\":{\"version\":");
@@ -339,7 +415,11 @@ impl DebeziumEncoder {
         write_int(out, now);
         out.extend_from_slice(b",\"ts_ns\":");
         write_int(out, now.saturating_mul(1000));
-        out.extend_from_slice(b"},\"destination\":");
+        out.push(b'}');
+        if self.options.schemas {
+            out.push(b'}');
+        }
+        out.extend_from_slice(b",\"destination\":");
         self.destination(out, &table.name);
         out.extend_from_slice(b"}\n");
         Ok(())

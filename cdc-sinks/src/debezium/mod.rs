@@ -3,8 +3,11 @@
 //!
 //! [`DebeziumEncoder`] turns change events into records, one JSON line each:
 //! `{"key": <key document>, "value": <envelope>, "destination": "<name>.<schema>.<table>"}`
-//! — the key, value and topic Debezium's embedded engine hands out, with the value as its
-//! JSON converter writes it with `schemas.enable=false`.
+//! — the key, value and topic Debezium's embedded engine hands out, the key and value as
+//! its JSON converter writes them: with `schemas.enable=false` the documents themselves,
+//! with `schemas.enable=true` (Debezium's default, [`DebeziumOptions::schemas`]) each as
+//! `{"schema": <Kafka Connect schema>, "payload": <document>}`. Feldera's Debezium input
+//! reads the `payload` of such values.
 //!
 //! | event | records (`op`) |
 //! |---|---|
@@ -45,11 +48,26 @@
 //! transaction's commit LSN, where Debezium gives each change's own; snapshot rows say
 //! `first` and `true` but not yet `last_in_data_collection` or `last`, and carry no
 //! `txId`; Debezium's JSON converter writes a column's DEFAULT in place of a NULL
-//! (`replace.null.with.default`), pgcdc writes the NULL; `money`, `bit`, `hstore` and
-//! geometric types are written as their text.
+//! (`replace.null.with.default`), pgcdc writes the NULL; `money`, `bit`, `hstore`, enums
+//! and geometric types are written as their text (schema: a plain `string`).
 
 mod envelope;
+mod schema;
 mod value;
 
 pub use envelope::{DebeziumEncoder, DebeziumOptions};
 pub use value::UNAVAILABLE_VALUE;
+
+/// How numerics are written: Debezium's `decimal.handling.mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DecimalMode {
+    /// Exact: `numeric(p, s)` as the unscaled value's bytes, `numeric` as
+    /// `{"scale", "value"}`; NaN and infinities null. Debezium's default.
+    #[default]
+    Precise,
+    /// The number's text (`"1234.567"`); NaN as `"NAN"`. What Feldera's
+    /// `debezium_postgres` JSON flavor reads.
+    String,
+    /// A JSON number (rounded to a double); NaN and infinities as strings.
+    Double,
+}

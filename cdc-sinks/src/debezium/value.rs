@@ -6,6 +6,7 @@
 use cdc_core::value::{Date, Interval, Time, TimeTz, Timestamp, TimestampTz, USECS_PER_DAY};
 use cdc_core::{ColumnSchema, Error, Numeric, Value};
 
+use super::DecimalMode;
 use crate::json::{write_f32, write_f64, write_int, write_str, write_text};
 
 /// What Debezium writes for an unchanged TOASTed value it was not sent
@@ -37,6 +38,7 @@ pub(super) fn write_value(
     out: &mut Vec<u8>,
     value: &Value,
     column: &ColumnSchema,
+    decimals: DecimalMode,
 ) -> Result<(), Error> {
     match value {
         Value::Null => out.extend_from_slice(b"null"),
@@ -51,11 +53,7 @@ pub(super) fn write_value(
         // Java writes the special values of a float as strings.
         Value::Float4(v) => write_non_finite(out, f64::from(*v)),
         Value::Float8(v) => write_non_finite(out, *v),
-        Value::Numeric(Numeric::Finite(text)) => {
-            write_numeric(out, text.as_str(), numeric_scale(column))?
-        }
-        // `precise` cannot carry NaN or infinities: Debezium writes null (and logs a warning).
-        Value::Numeric(_) => out.extend_from_slice(b"null"),
+        Value::Numeric(numeric) => write_decimal(out, numeric, column, decimals)?,
         Value::Text(t) => write_text(out, t),
         Value::Bytea(bytes) => write_base64(out, bytes),
         Value::Date(d) => write_int(out, date_days(*d)),
@@ -72,7 +70,7 @@ pub(super) fn write_value(
                 if i > 0 {
                     out.push(b',');
                 }
-                write_value(out, element, column)?;
+                write_value(out, element, column, decimals)?;
             }
             out.push(b']');
         }
@@ -87,6 +85,36 @@ pub(super) fn write_value(
                 )));
             }
         },
+    }
+    Ok(())
+}
+
+/// A numeric in `decimals` mode.
+fn write_decimal(
+    out: &mut Vec<u8>,
+    numeric: &Numeric,
+    column: &ColumnSchema,
+    decimals: DecimalMode,
+) -> Result<(), Error> {
+    match (decimals, numeric) {
+        (DecimalMode::Precise, Numeric::Finite(text)) => {
+            write_numeric(out, text.as_str(), numeric_scale(column))?;
+        }
+        // `precise` cannot carry NaN or infinities: Debezium writes null (and logs a
+        // warning).
+        (DecimalMode::Precise, _) => out.extend_from_slice(b"null"),
+        (DecimalMode::String, Numeric::Finite(text)) => write_text(out, text),
+        (DecimalMode::String, Numeric::NaN) => write_str(out, "NAN"),
+        (DecimalMode::String, Numeric::PosInfinity) => write_str(out, "Infinity"),
+        (DecimalMode::String, Numeric::NegInfinity) => write_str(out, "-Infinity"),
+        (DecimalMode::Double, Numeric::Finite(text)) => match text.as_str().parse::<f64>() {
+            Ok(v) if v.is_finite() => write_f64(out, v),
+            Ok(v) => write_non_finite(out, v),
+            Err(_) => return Err(Error::rejected(format!("malformed numeric {text:?}"))),
+        },
+        (DecimalMode::Double, Numeric::NaN) => write_non_finite(out, f64::NAN),
+        (DecimalMode::Double, Numeric::PosInfinity) => write_non_finite(out, f64::INFINITY),
+        (DecimalMode::Double, Numeric::NegInfinity) => write_non_finite(out, f64::NEG_INFINITY),
     }
     Ok(())
 }

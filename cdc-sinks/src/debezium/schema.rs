@@ -1,0 +1,256 @@
+//! The Kafka Connect schemas Debezium's JSON converter puts beside each key and value with
+//! `schemas.enable=true`: the key's struct, and the envelope's (`before`/`after` as the
+//! table's `Value` struct, `source`, `transaction`, `op`, the processing times).
+
+use cdc_core::{ColumnSchema, TableSchema};
+
+use super::DecimalMode;
+use super::value::numeric_scale;
+use crate::json::{write_int, write_str};
+
+/// Type OIDs the schema names.
+mod oid {
+    pub const BOOL: u32 = 16;
+    pub const BYTEA: u32 = 17;
+    pub const INT8: u32 = 20;
+    pub const INT2: u32 = 21;
+    pub const INT4: u32 = 23;
+    pub const OID: u32 = 26;
+    pub const JSON: u32 = 114;
+    pub const XML: u32 = 142;
+    pub const FLOAT4: u32 = 700;
+    pub const FLOAT8: u32 = 701;
+    pub const DATE: u32 = 1082;
+    pub const TIME: u32 = 1083;
+    pub const TIMESTAMP: u32 = 1114;
+    pub const TIMESTAMPTZ: u32 = 1184;
+    pub const INTERVAL: u32 = 1186;
+    pub const TIMETZ: u32 = 1266;
+    pub const NUMERIC: u32 = 1700;
+    pub const UUID: u32 = 2950;
+    pub const JSONB: u32 = 3802;
+}
+
+/// Element type OID of the built-in array types the schema describes.
+fn array_element(type_oid: u32) -> Option<u32> {
+    Some(match type_oid {
+        1000 => oid::BOOL,
+        1001 => oid::BYTEA,
+        1005 => oid::INT2,
+        1007 => oid::INT4,
+        1016 => oid::INT8,
+        1009 | 1015 | 1014 => 25,
+        1021 => oid::FLOAT4,
+        1022 => oid::FLOAT8,
+        1231 => oid::NUMERIC,
+        1182 => oid::DATE,
+        1183 => oid::TIME,
+        1115 => oid::TIMESTAMP,
+        1185 => oid::TIMESTAMPTZ,
+        1187 => oid::INTERVAL,
+        2951 => oid::UUID,
+        199 => oid::JSON,
+        3807 => oid::JSONB,
+        _ => return None,
+    })
+}
+
+/// A Connect type: its primitive type, logical name and version, and parameters.
+struct Connect {
+    kind: &'static str,
+    name: Option<&'static str>,
+    parameters: Vec<(&'static str, String)>,
+    /// A struct's fields (VariableScaleDecimal).
+    variable_scale: bool,
+}
+
+impl Connect {
+    fn plain(kind: &'static str) -> Self {
+        Connect {
+            kind,
+            name: None,
+            parameters: Vec::new(),
+            variable_scale: false,
+        }
+    }
+
+    fn named(kind: &'static str, name: &'static str) -> Self {
+        Connect {
+            name: Some(name),
+            ..Connect::plain(kind)
+        }
+    }
+}
+
+fn precision(column: &ColumnSchema) -> i32 {
+    let modifier = column.column_type.modifier;
+    if modifier < 0 { 6 } else { modifier }
+}
+
+fn connect_type(type_oid: u32, column: &ColumnSchema, decimals: DecimalMode) -> Connect {
+    match type_oid {
+        oid::BOOL => Connect::plain("boolean"),
+        oid::INT2 => Connect::plain("int16"),
+        oid::INT4 => Connect::plain("int32"),
+        oid::INT8 | oid::OID => Connect::plain("int64"),
+        oid::FLOAT4 => Connect::plain("float"),
+        oid::FLOAT8 => Connect::plain("double"),
+        oid::BYTEA => Connect::plain("bytes"),
+        oid::NUMERIC => match (decimals, numeric_scale(column)) {
+            (DecimalMode::String, _) => Connect::plain("string"),
+            (DecimalMode::Double, _) => Connect::plain("double"),
+            (DecimalMode::Precise, Some(scale)) => {
+                let precision = (column.column_type.modifier - 4) >> 16;
+                Connect {
+                    parameters: vec![
+                        ("scale", scale.to_string()),
+                        ("connect.decimal.precision", precision.to_string()),
+                    ],
+                    ..Connect::named("bytes", "org.apache.kafka.connect.data.Decimal")
+                }
+            }
+            (DecimalMode::Precise, None) => Connect {
+                variable_scale: true,
+                ..Connect::named("struct", "io.debezium.data.VariableScaleDecimal")
+            },
+        },
+        oid::DATE => Connect::named("int32", "io.debezium.time.Date"),
+        oid::TIME if precision(column) <= 3 => Connect::named("int32", "io.debezium.time.Time"),
+        oid::TIME => Connect::named("int64", "io.debezium.time.MicroTime"),
+        oid::TIMETZ => Connect::named("string", "io.debezium.time.ZonedTime"),
+        oid::TIMESTAMP if precision(column) <= 3 => {
+            Connect::named("int64", "io.debezium.time.Timestamp")
+        }
+        oid::TIMESTAMP => Connect::named("int64", "io.debezium.time.MicroTimestamp"),
+        oid::TIMESTAMPTZ => Connect::named("string", "io.debezium.time.ZonedTimestamp"),
+        oid::INTERVAL => Connect::named("int64", "io.debezium.time.MicroDuration"),
+        oid::UUID => Connect::named("string", "io.debezium.data.Uuid"),
+        oid::JSON | oid::JSONB => Connect::named("string", "io.debezium.data.Json"),
+        oid::XML => Connect::named("string", "io.debezium.data.Xml"),
+        _ => Connect::plain("string"),
+    }
+}
+
+/// Appends the body of a Connect type (`"type":…` and what goes with it), without the
+/// braces, `optional` or `field`.
+fn write_type(out: &mut Vec<u8>, connect: &Connect) {
+    out.extend_from_slice(b"\"type\":");
+    write_str(out, connect.kind);
+    if connect.variable_scale {
+        out.extend_from_slice(
+            b",\"fields\":[{\"type\":\"int32\",\"optional\":false,\"field\":\"scale\"},\
+              {\"type\":\"bytes\",\"optional\":false,\"field\":\"value\"}]",
+        );
+    }
+}
+
+fn write_names(out: &mut Vec<u8>, connect: &Connect) {
+    if let Some(name) = connect.name {
+        out.extend_from_slice(b",\"name\":");
+        write_str(out, name);
+        out.extend_from_slice(b",\"version\":1");
+        if connect.variable_scale {
+            out.extend_from_slice(b",\"doc\":\"Variable scaled decimal\"");
+        }
+    }
+    if !connect.parameters.is_empty() {
+        out.extend_from_slice(b",\"parameters\":{");
+        for (i, (key, value)) in connect.parameters.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_str(out, key);
+            out.push(b':');
+            write_str(out, value);
+        }
+        out.push(b'}');
+    }
+}
+
+/// One column's field schema.
+fn write_column(out: &mut Vec<u8>, column: &ColumnSchema, optional: bool, decimals: DecimalMode) {
+    let type_oid = column.column_type.oid;
+    out.push(b'{');
+    match array_element(type_oid) {
+        Some(element) => {
+            let items = connect_type(element, column, decimals);
+            out.extend_from_slice(b"\"type\":\"array\",\"items\":{");
+            write_type(out, &items);
+            out.extend_from_slice(b",\"optional\":true");
+            write_names(out, &items);
+            out.push(b'}');
+        }
+        None => write_type(out, &connect_type(type_oid, column, decimals)),
+    }
+    out.extend_from_slice(if optional {
+        b",\"optional\":true"
+    } else {
+        b",\"optional\":false"
+    });
+    if array_element(type_oid).is_none() {
+        write_names(out, &connect_type(type_oid, column, decimals));
+    }
+    out.extend_from_slice(b",\"field\":");
+    write_str(out, &column.name);
+    out.push(b'}');
+}
+
+/// The key's schema: a struct of the primary key's columns, `<prefix>.<schema>.<table>.Key`.
+pub(super) fn key_schema(prefix: &str, table: &TableSchema, decimals: DecimalMode) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(b"{\"type\":\"struct\",\"fields\":[");
+    let mut first = true;
+    for name in &table.primary_key {
+        let Some(column) = table.columns.iter().find(|c| &c.name == name) else {
+            continue;
+        };
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        write_column(&mut out, column, false, decimals);
+    }
+    out.extend_from_slice(b"],\"optional\":false,\"name\":");
+    write_str(
+        &mut out,
+        &format!("{prefix}.{}.{}.Key", table.name.schema, table.name.name),
+    );
+    out.push(b'}');
+    out
+}
+
+const SOURCE_SCHEMA: &str = r#"{"type":"struct","fields":[{"type":"string","optional":false,"field":"version"},{"type":"string","optional":false,"field":"connector"},{"type":"string","optional":false,"field":"name"},{"type":"int64","optional":false,"field":"ts_ms"},{"type":"string","optional":true,"name":"io.debezium.data.Enum","version":1,"parameters":{"allowed":"true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"},"default":"false","field":"snapshot"},{"type":"string","optional":false,"field":"db"},{"type":"string","optional":true,"field":"sequence"},{"type":"int64","optional":true,"field":"ts_us"},{"type":"int64","optional":true,"field":"ts_ns"},{"type":"string","optional":false,"field":"schema"},{"type":"string","optional":false,"field":"table"},{"type":"int64","optional":true,"field":"txId"},{"type":"int64","optional":true,"field":"lsn"},{"type":"int64","optional":true,"field":"xmin"},{"type":"string","optional":true,"field":"origin"},{"type":"int64","optional":true,"field":"origin_lsn"}],"optional":false,"name":"io.debezium.connector.postgresql.Source","version":1,"field":"source"}"#;
+
+const TAIL_SCHEMA: &str = r#"{"type":"struct","fields":[{"type":"string","optional":false,"field":"id"},{"type":"int64","optional":false,"field":"total_order"},{"type":"int64","optional":false,"field":"data_collection_order"}],"optional":true,"name":"event.block","version":1,"field":"transaction"},{"type":"string","optional":false,"field":"op"},{"type":"int64","optional":true,"field":"ts_ms"},{"type":"int64","optional":true,"field":"ts_us"},{"type":"int64","optional":true,"field":"ts_ns"}"#;
+
+/// The envelope's schema, `<prefix>.<schema>.<table>.Envelope` (version 2).
+pub(super) fn value_schema(prefix: &str, table: &TableSchema, decimals: DecimalMode) -> Vec<u8> {
+    let qualified = format!("{prefix}.{}.{}", table.name.schema, table.name.name);
+    let mut row = Vec::new();
+    row.extend_from_slice(b"{\"type\":\"struct\",\"fields\":[");
+    for (i, column) in table.columns.iter().enumerate() {
+        if i > 0 {
+            row.push(b',');
+        }
+        write_column(&mut row, column, column.nullable, decimals);
+    }
+    row.extend_from_slice(b"],\"optional\":true,\"name\":");
+    write_str(&mut row, &format!("{qualified}.Value"));
+    let mut out = Vec::new();
+    out.extend_from_slice(b"{\"type\":\"struct\",\"fields\":[");
+    for field in ["before", "after"] {
+        out.extend_from_slice(&row);
+        out.extend_from_slice(b",\"field\":");
+        write_str(&mut out, field);
+        out.extend_from_slice(b"},");
+    }
+    out.extend_from_slice(SOURCE_SCHEMA.as_bytes());
+    out.push(b',');
+    out.extend_from_slice(TAIL_SCHEMA.as_bytes());
+    out.extend_from_slice(b"],\"optional\":false,\"name\":");
+    write_str(&mut out, &format!("{qualified}.Envelope"));
+    out.extend_from_slice(b",\"version\":");
+    write_int(&mut out, 2);
+    out.push(b'}');
+    out
+}
