@@ -68,6 +68,7 @@ fn updates_and_deletes(inserts: &[ChangeEvent]) -> (Vec<ChangeEvent>, Vec<Change
     for event in inserts {
         if let EventKind::Insert { table, new } = &event.kind {
             updates.push(ChangeEvent {
+                lsn: cdc_core::Lsn::ZERO,
                 position: event.position,
                 kind: EventKind::Update {
                     table: table.clone(),
@@ -78,6 +79,7 @@ fn updates_and_deletes(inserts: &[ChangeEvent]) -> (Vec<ChangeEvent>, Vec<Change
             let mut key = vec![Value::Null; new.len()];
             key[0] = new[0].clone();
             deletes.push(ChangeEvent {
+                lsn: cdc_core::Lsn::ZERO,
                 position: event.position,
                 kind: EventKind::Delete {
                     table: table.clone(),

@@ -169,6 +169,11 @@ pub enum EventKind {
 pub struct ChangeEvent {
     /// Where the event is: the dedup key on replay.
     pub position: Position,
+    /// The change's own WAL position where the source knows it (pgoutput: the start of
+    /// the message that carried it; for Begin, the first change's; for Commit, the commit
+    /// record's), [`Lsn::ZERO`] where it does not (snapshot rows, tests). Informational:
+    /// ordering and deduplication use `position`.
+    pub lsn: Lsn,
     /// What happened.
     pub kind: EventKind,
 }
@@ -292,6 +297,7 @@ mod tests {
     fn batch_tracks_bytes_and_commit_end() {
         let mut batch = ChangeBatch::new();
         batch.push(ChangeEvent {
+            lsn: crate::Lsn::ZERO,
             position: Position::new(Lsn(10), 0),
             kind: EventKind::Begin(TxBegin {
                 final_lsn: Lsn(10),
@@ -301,6 +307,7 @@ mod tests {
         });
         assert_eq!(batch.commit_end, None);
         batch.push(ChangeEvent {
+            lsn: crate::Lsn::ZERO,
             position: Position::new(Lsn(10), 1),
             kind: EventKind::Commit(TxCommit {
                 commit_lsn: Lsn(10),

@@ -35,6 +35,7 @@ enum Item {
 
 fn events_of(tx: &Tx) -> Vec<ChangeEvent> {
     let mut out = vec![ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: Position::new(tx.commit_lsn, 0),
         kind: EventKind::Begin(TxBegin {
             final_lsn: tx.commit_lsn,
@@ -44,6 +45,7 @@ fn events_of(tx: &Tx) -> Vec<ChangeEvent> {
     }];
     for i in 0..tx.size {
         out.push(ChangeEvent {
+            lsn: cdc_core::Lsn::ZERO,
             position: Position::new(tx.commit_lsn, 1 + i as u64),
             kind: EventKind::Message {
                 transactional: true,
@@ -53,6 +55,7 @@ fn events_of(tx: &Tx) -> Vec<ChangeEvent> {
         });
     }
     out.push(ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: Position::new(tx.commit_lsn, 1 + tx.size as u64),
         kind: EventKind::Commit(TxCommit {
             commit_lsn: tx.commit_lsn,

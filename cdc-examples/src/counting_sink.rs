@@ -255,6 +255,7 @@ mod tests {
         let mut batch = ChangeBatch::new();
         for (i, kind) in events.into_iter().enumerate() {
             batch.push(ChangeEvent {
+                lsn: cdc_core::Lsn::ZERO,
                 position: Position::new(Lsn(100), i as u64),
                 kind,
             });

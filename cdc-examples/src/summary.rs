@@ -201,6 +201,7 @@ mod tests {
             primary_key: Vec::new(),
         });
         let event = |kind| cdc_core::ChangeEvent {
+            lsn: cdc_core::Lsn::ZERO,
             position: cdc_core::Position::new(Lsn(1), 0),
             kind,
         };

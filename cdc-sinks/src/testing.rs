@@ -68,6 +68,7 @@ pub fn token(position: Option<Position>) -> cdc_core::ResumeToken {
 /// An insert event.
 pub fn insert(position: Position, table: &SchemaRef, new: Row) -> ChangeEvent {
     ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position,
         kind: EventKind::Insert {
             table: table.clone(),
@@ -79,6 +80,7 @@ pub fn insert(position: Position, table: &SchemaRef, new: Row) -> ChangeEvent {
 /// An update event.
 pub fn update(position: Position, table: &SchemaRef, old: Option<OldRow>, new: Row) -> ChangeEvent {
     ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position,
         kind: EventKind::Update {
             table: table.clone(),
@@ -91,6 +93,7 @@ pub fn update(position: Position, table: &SchemaRef, old: Option<OldRow>, new: R
 /// A delete event.
 pub fn delete(position: Position, table: &SchemaRef, old: Option<OldRow>) -> ChangeEvent {
     ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position,
         kind: EventKind::Delete {
             table: table.clone(),
@@ -118,6 +121,7 @@ pub fn old_full(values: Row) -> Option<OldRow> {
 /// `Begin` of a transaction committing at `lsn`, at ordinal 0.
 pub fn begin(lsn: u64) -> ChangeEvent {
     ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: pos(lsn, 0),
         kind: EventKind::Begin(TxBegin {
             final_lsn: Lsn(lsn),
@@ -130,6 +134,7 @@ pub fn begin(lsn: u64) -> ChangeEvent {
 /// `Commit` of a transaction committing at `lsn`, at `ordinal`.
 pub fn commit(lsn: u64, ordinal: u64) -> ChangeEvent {
     ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: pos(lsn, ordinal),
         kind: EventKind::Commit(TxCommit {
             commit_lsn: Lsn(lsn),

@@ -290,6 +290,7 @@ mod tests {
 
     fn event(kind: EventKind) -> ChangeEvent {
         ChangeEvent {
+            lsn: crate::Lsn::ZERO,
             position: Position::new(Lsn(1), 0),
             kind,
         }

@@ -535,6 +535,7 @@ impl Backfill {
             EventKind::Delete { table, old } => {
                 let Some(index) = self.merging_index(&table.name) else {
                     return Ok(Some(ChangeEvent {
+                        lsn: cdc_core::Lsn::ZERO,
                         position,
                         kind: EventKind::Delete { table, old },
                     }));
@@ -550,6 +551,7 @@ impl Backfill {
             EventKind::Update { table, old, new } => {
                 let Some(index) = self.merging_index(&table.name) else {
                     return Ok(Some(ChangeEvent {
+                        lsn: cdc_core::Lsn::ZERO,
                         position,
                         kind: EventKind::Update { table, old, new },
                     }));
@@ -595,7 +597,11 @@ impl Backfill {
             }
             other => other,
         };
-        Ok(Some(ChangeEvent { position, kind }))
+        Ok(Some(ChangeEvent {
+            lsn: cdc_core::Lsn::ZERO,
+            position,
+            kind,
+        }))
     }
 
     /// Starts table `index`'s backfill over from its first row, whatever its state (the

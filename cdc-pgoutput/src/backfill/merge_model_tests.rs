@@ -460,6 +460,7 @@ impl Model {
         self.streamed += 1;
         let commit_lsn = Lsn(end.0 - 10);
         self.deliver(ChangeEvent {
+            lsn: cdc_core::Lsn::ZERO,
             position: Position::new(commit_lsn, 0),
             kind: EventKind::Begin(TxBegin {
                 final_lsn: commit_lsn,
@@ -470,11 +471,13 @@ impl Model {
         let count = events.len() as u64;
         for (ordinal, kind) in (1u64..).zip(events) {
             self.deliver(ChangeEvent {
+                lsn: cdc_core::Lsn::ZERO,
                 position: Position::new(commit_lsn, ordinal),
                 kind,
             })?;
         }
         self.deliver(ChangeEvent {
+            lsn: cdc_core::Lsn::ZERO,
             position: Position::new(commit_lsn, count + 1),
             kind: EventKind::Commit(TxCommit {
                 commit_lsn,
@@ -609,6 +612,7 @@ impl Model {
         for (read, end) in usable {
             for (key, value) in &read.rows {
                 let event = ChangeEvent {
+                    lsn: cdc_core::Lsn::ZERO,
                     position: Position::new(self.backfill.processed(), 1 << 62),
                     kind: EventKind::Insert {
                         table: self.schema.clone(),

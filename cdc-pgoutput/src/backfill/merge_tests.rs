@@ -58,6 +58,7 @@ fn a_truncate_restarts_the_backfill() {
         .deliver_chunk(0, snapshot, Lsn(150), &rows, false)
         .expect("chunk");
     let begin = ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: Position::new(Lsn(200), 0),
         kind: EventKind::Begin(TxBegin {
             final_lsn: Lsn(200),
@@ -67,6 +68,7 @@ fn a_truncate_restarts_the_backfill() {
     };
     backfill.on_event(begin).expect("begin");
     let truncate = ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: Position::new(Lsn(200), 1),
         kind: EventKind::Truncate {
             tables: vec![schema],
@@ -91,6 +93,7 @@ fn pass_inserts_beyond_the_frontier(
     backfill.on_event(begin(lsn, xid)).expect("begin");
     for (ordinal, &key) in (1u64..).zip(keys) {
         let insert = ChangeEvent {
+            lsn: cdc_core::Lsn::ZERO,
             position: Position::new(Lsn(lsn), ordinal),
             kind: EventKind::Insert {
                 table: schema.clone(),
@@ -103,6 +106,7 @@ fn pass_inserts_beyond_the_frontier(
         );
     }
     let commit = ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: Position::new(Lsn(lsn), keys.len() as u64 + 1),
         kind: EventKind::Commit(TxCommit {
             commit_lsn: Lsn(lsn),
@@ -115,6 +119,7 @@ fn pass_inserts_beyond_the_frontier(
 
 fn begin(lsn: u64, xid: u32) -> ChangeEvent {
     ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: Position::new(Lsn(lsn), 0),
         kind: EventKind::Begin(TxBegin {
             final_lsn: Lsn(lsn),
@@ -139,6 +144,7 @@ fn a_done_table_passes_through_untouched() {
     assert_eq!(backfill.merging_index(&schema.name), None);
     backfill.on_event(begin(200, 9)).expect("begin");
     let delete = ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: Position::new(Lsn(200), 1),
         kind: EventKind::Delete {
             table: schema.clone(),
@@ -147,6 +153,7 @@ fn a_done_table_passes_through_untouched() {
     };
     assert!(backfill.on_event(delete).expect("delete").is_some());
     let truncate = ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: Position::new(Lsn(200), 2),
         kind: EventKind::Truncate {
             tables: vec![schema],
@@ -297,6 +304,7 @@ fn a_chunk_waits_only_for_transactions_reaching_its_range() {
     // A TRUNCATE reaches every key of the new copy.
     backfill.on_event(begin(400, 1002)).expect("begin");
     let truncate = ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: Position::new(Lsn(400), 1),
         kind: EventKind::Truncate {
             tables: vec![schema],

@@ -86,6 +86,8 @@ struct TxState {
     xid: u32,
     changes: u64,
     begin_emitted: bool,
+    /// The WAL position of the message being applied (its events' `lsn`).
+    change_lsn: Lsn,
 }
 
 #[derive(Debug)]
@@ -193,11 +195,27 @@ impl ChangeAssembler {
     /// Processes one XLogData payload, appending events to `out`. Returns the end LSN of a
     /// transaction that ended with this message (whether or not it carried events for the
     /// sink). After a Stream Commit, `replaying()` is true and nothing is returned yet.
+    /// The events' `lsn` is [`Lsn::ZERO`]; see [`Self::process_from`].
     pub fn process(
         &mut self,
         payload: Bytes,
         out: &mut Vec<ChangeEvent>,
     ) -> Result<Option<Lsn>, Error> {
+        self.process_from(payload, Lsn::ZERO, out)
+    }
+
+    /// [`Self::process`] of a payload the server sent at WAL position `lsn` (the
+    /// XLogData's start): the change events it makes carry it, also when a streamed or
+    /// prepared transaction releases them later.
+    pub fn process_from(
+        &mut self,
+        payload: Bytes,
+        lsn: Lsn,
+        out: &mut Vec<ChangeEvent>,
+    ) -> Result<Option<Lsn>, Error> {
+        if let Some(tx) = self.tx.as_mut() {
+            tx.change_lsn = lsn;
+        }
         if self.replay.is_some() {
             return Err(Error::protocol(
                 "internal: a new message arrived while a streamed transaction was being released",
@@ -221,12 +239,17 @@ impl ChangeAssembler {
                 return Ok(None);
             };
             self.streams
-                .push(stream_xid, sub_xid.unwrap_or(stream_xid), &payload)
+                .push_parts(
+                    stream_xid,
+                    sub_xid.unwrap_or(stream_xid),
+                    &lsn.0.to_be_bytes(),
+                    &payload,
+                )
                 .map_err(spill_error)?;
             return Ok(None);
         }
         if self.prepared.is_preparing() {
-            return self.process_preparing(message, &payload, out);
+            return self.process_preparing(message, &payload, lsn, out);
         }
         match message {
             PgOutputMessage::Begin(begin) => {
@@ -239,6 +262,7 @@ impl ChangeAssembler {
                     xid: begin.xid,
                     changes: 0,
                     begin_emitted: false,
+                    change_lsn: Lsn::ZERO,
                 });
                 Ok(None)
             }
@@ -267,6 +291,7 @@ impl ChangeAssembler {
                         xid: commit.xid,
                         changes: 0,
                         begin_emitted: false,
+                        change_lsn: Lsn::ZERO,
                     },
                     commit.end_lsn,
                     true,
@@ -295,6 +320,7 @@ impl ChangeAssembler {
                             xid,
                             changes: 0,
                             begin_emitted: false,
+                            change_lsn: Lsn::ZERO,
                         },
                         at,
                         true,
@@ -339,6 +365,7 @@ impl ChangeAssembler {
                         xid: commit.xid,
                         changes: 0,
                         begin_emitted: false,
+                        change_lsn: Lsn::ZERO,
                     },
                     commit.end_lsn,
                     prepared.streamed,
@@ -365,6 +392,7 @@ impl ChangeAssembler {
         &mut self,
         message: PgOutputMessage<TupleRef<'_>>,
         payload: &[u8],
+        lsn: Lsn,
         out: &mut Vec<ChangeEvent>,
     ) -> Result<Option<Lsn>, Error> {
         let Some(preparing) = self.prepared.preparing_mut() else {
@@ -405,7 +433,9 @@ impl ChangeAssembler {
             | PgOutputMessage::Truncate(_)
             | PgOutputMessage::Message(_) => {
                 preparing.changes += 1;
-                self.streams.push(xid, xid, payload).map_err(spill_error)?;
+                self.streams
+                    .push_parts(xid, xid, &lsn.0.to_be_bytes(), payload)
+                    .map_err(spill_error)?;
                 Ok(None)
             }
             other => Err(Error::protocol(format!(
@@ -454,7 +484,17 @@ impl ChangeAssembler {
             match replay.entries.next() {
                 Some(entry) => {
                     let entry = entry.map_err(spill_error)?;
-                    let message = replay.decoder.decode_borrowed(&entry).map_err(|e| {
+                    // Each entry is the message's WAL position, then the message.
+                    let Some((position, _)) = entry.split_first_chunk::<8>() else {
+                        return Err(Error::protocol(
+                            "internal: a buffered entry without its position",
+                        ));
+                    };
+                    if let Some(tx) = self.tx.as_mut() {
+                        tx.change_lsn = Lsn(u64::from_be_bytes(*position));
+                    }
+                    let payload = entry.slice(8..);
+                    let message = replay.decoder.decode_borrowed(&payload).map_err(|e| {
                         Error::protocol(format!("cannot decode buffered stream message: {e}"))
                     })?;
                     if is_change(&message) {
@@ -622,6 +662,7 @@ impl ChangeAssembler {
                 if !message.is_transactional() {
                     if self.messages.accepts(&message.prefix) {
                         out.push(ChangeEvent {
+                            lsn: cdc_core::Lsn::ZERO,
                             position: Position::new(message.lsn, 0),
                             kind: EventKind::Message {
                                 transactional: false,
@@ -783,6 +824,7 @@ fn emit(tx: &mut TxState, out: &mut Vec<ChangeEvent>, ordinal: u64, kind: EventK
     if !tx.begin_emitted {
         tx.begin_emitted = true;
         out.push(ChangeEvent {
+            lsn: tx.change_lsn,
             position: Position::new(tx.commit_lsn, 0),
             kind: EventKind::Begin(TxBegin {
                 final_lsn: tx.commit_lsn,
@@ -792,6 +834,7 @@ fn emit(tx: &mut TxState, out: &mut Vec<ChangeEvent>, ordinal: u64, kind: EventK
         });
     }
     out.push(ChangeEvent {
+        lsn: tx.change_lsn,
         position: Position::new(tx.commit_lsn, ordinal),
         kind,
     });
@@ -802,6 +845,7 @@ fn emit(tx: &mut TxState, out: &mut Vec<ChangeEvent>, ordinal: u64, kind: EventK
 fn finish(tx: TxState, end_lsn: Lsn, commit_time_micros: i64, out: &mut Vec<ChangeEvent>) {
     if tx.begin_emitted {
         out.push(ChangeEvent {
+            lsn: tx.commit_lsn,
             position: Position::new(tx.commit_lsn, 2 * (tx.changes + 1)),
             kind: EventKind::Commit(TxCommit {
                 commit_lsn: tx.commit_lsn,

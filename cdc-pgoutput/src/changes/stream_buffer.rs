@@ -95,13 +95,23 @@ impl TxBuffer {
     /// blocks, so a block is held only by entries of this transaction and the allocation
     /// count stays low.
     fn push_copy(&mut self, payload: &[u8]) {
-        let entry = if payload.len() > OWN_ALLOCATION_ABOVE {
-            Bytes::copy_from_slice(payload)
+        self.push_parts(&[], payload);
+    }
+
+    /// [`Self::push_copy`] of `prefix` followed by `payload`, as one entry.
+    fn push_parts(&mut self, prefix: &[u8], payload: &[u8]) {
+        let len = prefix.len() + payload.len();
+        let entry = if len > OWN_ALLOCATION_ABOVE {
+            let mut own = BytesMut::with_capacity(len);
+            own.extend_from_slice(prefix);
+            own.extend_from_slice(payload);
+            own.freeze()
         } else {
-            if self.block.capacity() < payload.len() {
+            if self.block.capacity() < len {
                 self.block = BytesMut::with_capacity(BLOCK_SIZE);
                 self.block_starts.push(self.memory.len());
             }
+            self.block.extend_from_slice(prefix);
             self.block.extend_from_slice(payload);
             self.block.split().freeze()
         };
@@ -187,6 +197,18 @@ impl StreamBuffers {
     /// Appends (a copy of) one message of transaction `xid`; `sub_xid` is the
     /// (sub)transaction id the message carried.
     pub fn push(&mut self, xid: u32, sub_xid: u32, payload: &[u8]) -> io::Result<()> {
+        self.push_parts(xid, sub_xid, &[], payload)
+    }
+
+    /// [`Self::push`] of an entry made of `prefix` then `payload` (the assembler keeps
+    /// each message's WAL position in front of it).
+    pub fn push_parts(
+        &mut self,
+        xid: u32,
+        sub_xid: u32,
+        prefix: &[u8],
+        payload: &[u8],
+    ) -> io::Result<()> {
         let tx = self.txs.entry(xid).or_default();
         let index = tx.spilled_count + tx.memory.len() as u64;
         if sub_xid != xid && !tx.subxacts.iter().any(|s| s.subxid == sub_xid) {
@@ -196,9 +218,9 @@ impl StreamBuffers {
                 file_offset: None,
             });
         }
-        let size = payload.len() + std::mem::size_of::<Bytes>();
+        let size = prefix.len() + payload.len() + std::mem::size_of::<Bytes>();
         tx.memory_bytes += size;
-        tx.push_copy(payload);
+        tx.push_parts(prefix, payload);
         self.memory_used += size;
         while self.memory_used > self.memory_limit {
             let Some((&largest, _)) = self

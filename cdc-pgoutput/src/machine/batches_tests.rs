@@ -28,6 +28,7 @@ fn table() -> Arc<TableSchema> {
 
 fn at(lsn: u64, ordinal: u64, kind: EventKind) -> ChangeEvent {
     ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: Position::new(Lsn(lsn), ordinal),
         kind,
     }

@@ -446,7 +446,7 @@ impl SourceMachine {
         };
         match message {
             ServerMessage::XLogData(data) => {
-                let end = assembler.process(data.data, &mut self.scratch)?;
+                let end = assembler.process_from(data.data, data.wal_start, &mut self.scratch)?;
                 let hold = assembler.confirm_hold();
                 self.queue_scratch(merge, end, hold)?;
             }

@@ -303,6 +303,7 @@ mod tests {
 
     fn row_at(ordinal: u64, id: i32) -> ChangeEvent {
         ChangeEvent {
+            lsn: cdc_core::Lsn::ZERO,
             position: pos(ordinal),
             kind: EventKind::Insert {
                 table: schema(),

@@ -92,6 +92,7 @@ impl SnapshotPhase {
     fn marker(&mut self, marker: SnapshotMarker, out: &mut EventQueue<'_>) {
         let position = self.position();
         out.push_back(ChangeEvent {
+            lsn: cdc_core::Lsn::ZERO,
             position,
             kind: EventKind::Snapshot(marker),
         });
@@ -167,6 +168,7 @@ impl SnapshotPhase {
                 for new in rows {
                     let position = self.position();
                     out.push_back(ChangeEvent {
+                        lsn: cdc_core::Lsn::ZERO,
                         position,
                         kind: EventKind::Insert {
                             table: schema.clone(),

@@ -301,6 +301,7 @@ async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Ls
                             ordinal,
                         );
                         source.machine.batches_mut().push_event(ChangeEvent {
+                            lsn: cdc_core::Lsn::ZERO,
                             position,
                             kind: EventKind::Snapshot(SnapshotMarker::Restarted),
                         });

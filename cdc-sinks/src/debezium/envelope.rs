@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use cdc_core::{
-    ChangeEvent, Error, EventKind, Lsn, OldRow, OldRowKind, Position, Row, SchemaRef,
-    SnapshotMarker, TableName, Value,
+    ChangeEvent, Error, EventKind, Lsn, OldRow, OldRowKind, Row, SchemaRef, SnapshotMarker,
+    TableName, Value,
 };
 
 use super::DecimalMode;
@@ -65,8 +65,8 @@ struct Transaction {
 
 /// Turns change events into Debezium records, one line each. Keeps what a record needs
 /// from earlier events: the transaction in progress (its xid and commit time, from its
-/// Begin), the commit LSN of the transaction before it (`source.sequence`), and which
-/// tables' snapshot copies are being written.
+/// Begin), the end LSN of the transaction before it (the first number of
+/// `source.sequence`), and which tables' snapshot copies are being written.
 #[derive(Debug)]
 pub struct DebeziumEncoder {
     options: DebeziumOptions,
@@ -140,7 +140,8 @@ impl DebeziumEncoder {
                 });
             }
             EventKind::Commit(commit) => {
-                self.last_commit = Some(commit.commit_lsn);
+                // Debezium records the Commit message's position: the transaction's end.
+                self.last_commit = Some(commit.end_lsn);
                 self.transaction = None;
             }
             EventKind::Insert { table, new } => {
@@ -149,7 +150,7 @@ impl DebeziumEncoder {
                 } else {
                     "c"
                 };
-                self.record(out, table, event.position, op, None, Some(new))?;
+                self.record(out, table, event, op, None, Some(new))?;
             }
             EventKind::Update { table, old, new } => {
                 let key = table.key_indexes();
@@ -166,12 +167,12 @@ impl DebeziumEncoder {
                 if key_changed && let Some(old) = old {
                     // Debezium writes a key change as a delete of the old key, its
                     // tombstone, and a create of the new row.
-                    self.record(out, table, event.position, "d", Some(&old.values), None)?;
+                    self.record(out, table, event, "d", Some(&old.values), None)?;
                     self.tombstone(out, table, &old.values);
-                    self.record(out, table, event.position, "c", None, Some(new))?;
+                    self.record(out, table, event, "c", None, Some(new))?;
                 } else {
                     let before = full_old.map(|o| &o.values);
-                    self.record(out, table, event.position, "u", before, Some(new))?;
+                    self.record(out, table, event, "u", before, Some(new))?;
                 }
             }
             EventKind::Delete { table, old } => {
@@ -181,12 +182,12 @@ impl DebeziumEncoder {
                         table.name
                     )));
                 };
-                self.record(out, table, event.position, "d", Some(&old.values), None)?;
+                self.record(out, table, event, "d", Some(&old.values), None)?;
                 self.tombstone(out, table, &old.values);
             }
             EventKind::Truncate { tables, .. } if self.options.truncate => {
                 for table in tables {
-                    self.record(out, table, event.position, "t", None, None)?;
+                    self.record(out, table, event, "t", None, None)?;
                 }
             }
             EventKind::Snapshot(marker) => self.snapshot_marker(marker),
@@ -331,7 +332,7 @@ impl DebeziumEncoder {
         &mut self,
         out: &mut Vec<u8>,
         table: &SchemaRef,
-        position: Position,
+        event: &ChangeEvent,
         op: &str,
         before: Option<&Row>,
         after: Option<&Row>,
@@ -382,8 +383,12 @@ impl DebeziumEncoder {
         write_str(out, snapshot);
         out.extend_from_slice(b",\"db\":");
         write_str(out, &self.options.database);
-        // The change's LSN: the transaction's commit LSN (see the module documentation).
-        let lsn = position.commit_lsn.0;
+        // The change's own LSN where the source knows it, else the commit's.
+        let lsn = if event.lsn == Lsn::ZERO {
+            event.position.commit_lsn.0
+        } else {
+            event.lsn.0
+        };
         out.extend_from_slice(b",\"sequence\":");
         let sequence = match (snapshot_read, self.last_commit) {
             (false, Some(last)) => format!("[\"{}\",\"{lsn}\"]", last.0),

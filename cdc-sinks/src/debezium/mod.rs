@@ -43,9 +43,11 @@
 //! | arrays | JSON arrays of the elements |
 //! | unchanged TOASTed value | `"__debezium_unavailable_value"` |
 //!
+//! `source.lsn` is the change's own WAL position (the message that carried it) and
+//! `source.sequence` `[<end LSN of the transaction before>, <lsn>]`, as Debezium gives them.
+//!
 //! Where pgcdc differs from Debezium today (the comparison test names each case):
-//! `source.version` is pgcdc's; `source.lsn` (and the second number of `sequence`) is the
-//! transaction's commit LSN, where Debezium gives each change's own; snapshot rows say
+//! `source.version` is pgcdc's; snapshot rows say
 //! `first` and `true` but not yet `last_in_data_collection` or `last`, and carry no
 //! `txId`; Debezium's JSON converter writes a column's DEFAULT in place of a NULL
 //! (`replace.null.with.default`), pgcdc writes the NULL; `money`, `bit`, `hstore`, enums

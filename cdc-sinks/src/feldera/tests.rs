@@ -612,6 +612,7 @@ fn an_old_row_without_its_key_value_is_rejected_not_deleted_by_null() {
 fn truncate_policies() {
     let k = keyed();
     let t = ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: pos(16, 1),
         kind: EventKind::Truncate {
             tables: vec![k.clone(), keyless_full()],
@@ -705,6 +706,7 @@ fn schema_change_switches_column_names() {
     let v1 = testing::table("s", &[("a", 23)], &[], ReplicaIdentity::Default);
     let v2 = testing::table("s", &[("a", 23), ("b", 25)], &[], ReplicaIdentity::Default);
     let change = ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: pos(16, 2),
         kind: EventKind::SchemaChange {
             old: Some(v1.clone()),

@@ -361,6 +361,7 @@ async fn a_rejected_batch_writes_nothing() {
 /// A snapshot marker at `position`.
 fn marker(position: cdc_core::Position, marker: SnapshotMarker) -> ChangeEvent {
     ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position,
         kind: EventKind::Snapshot(marker),
     }

@@ -43,6 +43,7 @@ fn row(id: i64) -> Vec<Value> {
 
 fn marker(lsn: u64, ordinal: u64, m: SnapshotMarker) -> ChangeEvent {
     ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: pos(lsn, ordinal),
         kind: EventKind::Snapshot(m),
     }

@@ -186,6 +186,7 @@ impl Model {
                 self.keyed.clear();
                 self.bag.clear();
                 Some(ChangeEvent {
+                    lsn: cdc_core::Lsn::ZERO,
                     position,
                     kind: EventKind::Truncate {
                         tables: vec![k, f],
@@ -437,6 +438,7 @@ async fn snapshot_restart_discards_snapshot_rows_and_faults_can_be_injected() {
     let mut sink = handle.sink();
     sink.open(Acknowledger::channel().0).await.unwrap();
     let marker = |p, m| ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: p,
         kind: EventKind::Snapshot(m),
     };

@@ -381,6 +381,7 @@ fn full() -> SchemaRef {
 
 fn event(lsn: u64, ordinal: u64, kind: EventKind) -> ChangeEvent {
     ChangeEvent {
+        lsn: cdc_core::Lsn::ZERO,
         position: pos(lsn, ordinal),
         kind,
     }

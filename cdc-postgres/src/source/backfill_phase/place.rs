@@ -35,6 +35,7 @@ impl BackfillPhase {
             let position = self.anchor_position();
             self.announced = Some(position);
             out.push_back(ChangeEvent {
+                lsn: cdc_core::Lsn::ZERO,
                 position,
                 kind: EventKind::Snapshot(SnapshotMarker::Started),
             });
@@ -43,6 +44,7 @@ impl BackfillPhase {
             self.truncate_first.swap_remove(at);
             let position = self.anchor_position();
             out.push_back(ChangeEvent {
+                lsn: cdc_core::Lsn::ZERO,
                 position,
                 kind: EventKind::Truncate {
                     tables: vec![schema.clone()],
@@ -58,6 +60,7 @@ impl BackfillPhase {
         if first {
             let position = self.anchor_position();
             out.push_back(ChangeEvent {
+                lsn: cdc_core::Lsn::ZERO,
                 position,
                 kind: EventKind::Snapshot(SnapshotMarker::TableStarted(schema.name.clone())),
             });
@@ -83,6 +86,7 @@ impl BackfillPhase {
         let schema = &super::super::snapshot_phase::schema_for_rows(schema);
         let position = self.anchor_position();
         out.push_back(ChangeEvent {
+            lsn: cdc_core::Lsn::ZERO,
             position,
             kind: EventKind::Snapshot(SnapshotMarker::ChunkStarted {
                 table: table.clone(),
@@ -95,6 +99,7 @@ impl BackfillPhase {
             let position = self.anchor_position();
             first.get_or_insert(position);
             out.push_back(ChangeEvent {
+                lsn: cdc_core::Lsn::ZERO,
                 position,
                 kind: EventKind::Insert {
                     table: schema.clone(),
@@ -104,6 +109,7 @@ impl BackfillPhase {
         }
         let mut end = self.anchor_position();
         out.push_back(ChangeEvent {
+            lsn: cdc_core::Lsn::ZERO,
             position: end,
             kind: EventKind::Snapshot(SnapshotMarker::ChunkCompleted {
                 table: table.clone(),
@@ -114,6 +120,7 @@ impl BackfillPhase {
         if let Some(total) = table_rows {
             end = self.anchor_position();
             out.push_back(ChangeEvent {
+                lsn: cdc_core::Lsn::ZERO,
                 position: end,
                 kind: EventKind::Snapshot(SnapshotMarker::TableCompleted {
                     table: table.clone(),
@@ -123,6 +130,7 @@ impl BackfillPhase {
             if !self.copies() {
                 end = self.anchor_position();
                 out.push_back(ChangeEvent {
+                    lsn: cdc_core::Lsn::ZERO,
                     position: end,
                     kind: EventKind::Snapshot(SnapshotMarker::Completed {
                         consistent_point: self.merge.processed(),
