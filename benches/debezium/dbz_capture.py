@@ -84,6 +84,8 @@ def parse_args(argv=None):
     o.add_argument("--out", required=True, help="output JSONL path (truncated unless --append)")
     o.add_argument("--append", action="store_true", help="append to --out instead of truncating")
     o.add_argument("--keep-raw", action="store_true", help="also store raw_key/raw_value strings")
+    o.add_argument("--count-only", action="store_true",
+                   help="only count the records (a benchmark peer: nothing parsed or written)")
     o.add_argument("--max-events", type=int, default=None, help="stop after writing N events")
     o.add_argument("--idle-timeout", type=float, default=None,
                    help="stop after T seconds with no event (clock starts when the connector task has started)")
@@ -202,6 +204,15 @@ def main(argv=None) -> int:
                         break  # not marked processed -> offset does not move past it
                     if a.max_events is not None and state["written"] >= a.max_events:
                         break
+                    if a.count_only:
+                        now = time.monotonic()
+                        with lock:
+                            state["written"] += 1
+                            state["last_event"] = now
+                            if state["first_event"] is None:
+                                state["first_event"] = now
+                        committer.markProcessed(rec)
+                        continue
                     raw_k = jstr(rec.key())
                     raw_v = jstr(rec.value())
                     line = {
@@ -349,6 +360,9 @@ def main(argv=None) -> int:
     if state["handler_error"]:
         log(f"handler error: {state['handler_error']}")
         rc = 1
+    if rc == 0 and a.max_events is not None and state["written"] < a.max_events:
+        log(f"stopped after {state['written']} of the {a.max_events} events asked for")
+        rc = 3
     sys.stdout.flush()
     sys.stderr.flush()
     # The engine is closed and the output is flushed.  Shut the JVM down; should a

@@ -616,7 +616,7 @@ async fn walsender_terminated_during_the_snapshot_the_same_run_continues() {
     cluster.execute(SCHEMA).await.unwrap();
     let handle = MemoryHandle::default();
     // Small chunks, so the backfill outlasts several kills.
-    let mut running = spawn(online(&cluster, &TABLES, 20), &handle);
+    let mut running = spawn(online(&cluster, &TABLES, 10), &handle);
     let client = cluster.connect("postgres").await.unwrap();
     let mut kills_during_backfill = 0;
     for i in 0..12 {
@@ -635,7 +635,17 @@ async fn walsender_terminated_during_the_snapshot_the_same_run_continues() {
                 EventKind::Snapshot(SnapshotMarker::Completed { .. })
             )
         });
-        if cluster.terminate_walsenders().await.unwrap() >= 1 && !completed {
+        // The source may be between sessions (reconnecting after the last kill, with
+        // backoff): wait a moment for its next walsender rather than miss this turn.
+        let mut killed = 0;
+        for _ in 0..40 {
+            killed = cluster.terminate_walsenders().await.unwrap();
+            if killed >= 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        if killed >= 1 && !completed {
             kills_during_backfill += 1;
         }
     }

@@ -31,6 +31,11 @@ impl Args {
         Ok(Args { command, options })
     }
 
+    /// Sets `--name` (a value a scenario passes on to its consumers).
+    pub fn set(&mut self, name: &str, value: &str) {
+        self.options.insert(name.to_owned(), value.to_owned());
+    }
+
     /// The raw value of `--name`.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.options.get(name).map(String::as_str)

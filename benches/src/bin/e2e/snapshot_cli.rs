@@ -58,6 +58,7 @@ impl Consumer {
         let base = if self.base { " (base build)" } else { "" };
         match self.mode {
             "psql" => format!("psql COPY text{writes}"),
+            "debezium" => format!("Debezium 3.6 initial_only{writes}"),
             mode => format!(
                 "pgcdc {mode} {} ×{}{writes}{base}",
                 self.output, self.readers
@@ -115,6 +116,15 @@ pub async fn run(args: &Args) -> Result<(), String> {
     let base_binary = std::env::var("PGCDC_BENCH_BASE_BIN")
         .ok()
         .map(std::path::PathBuf::from);
+    if modes.iter().any(|m| m == "debezium") {
+        consumers.push(Consumer {
+            mode: "debezium",
+            output: "stdout",
+            readers: 1,
+            write_tps: 0,
+            base: false,
+        });
+    }
     for mode in ["consistent", "online"] {
         if !modes.iter().any(|m| m == mode) {
             continue;
@@ -173,6 +183,25 @@ pub async fn run(args: &Args) -> Result<(), String> {
                         .args(["-p", &cluster.port().to_string(), "-U", "postgres"])
                         .args(["-d", "postgres", "-c"])
                         .arg(format!("COPY {TABLE} TO STDOUT"));
+                    cmd
+                }
+                "debezium" => {
+                    // Debezium's initial snapshot on its own new slot, its defaults, the
+                    // records counted in a callback that does nothing else.
+                    let mut cmd = super::drain::debezium_command()?;
+                    cmd.args([
+                        "--host",
+                        cluster.host(),
+                        "--port",
+                        &cluster.port().to_string(),
+                    ])
+                    .args(["--user", "postgres", "--dbname", "postgres"])
+                    .args(["--publication", "pub", "--slot", &slot, "--tables", TABLE])
+                    .args(["--snapshot-mode", "initial_only", "--count-only"])
+                    .args(["--max-events", &rows.to_string(), "--max-runtime", "900"])
+                    .args(["--fresh", "--drop-slot-on-stop"])
+                    .arg("--out")
+                    .arg(scratch.path().join(format!("{slot}.jsonl")));
                     cmd
                 }
                 mode => {
