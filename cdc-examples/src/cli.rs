@@ -197,6 +197,14 @@ pub struct StreamArgs {
     /// needs it), or the documents alone.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub debezium_schemas: bool,
+    /// What a changed table (a column added, dropped or retyped) does: `fail` stops before
+    /// any row under the new schema with the difference named; `evolve` goes on, rows
+    /// under the new schema (each output shows them as it can: Debezium records carry the
+    /// new columns and, with schemas, the new schema). Default: `evolve` with --format
+    /// debezium, as Debezium's consumers expect; `fail` otherwise (a Feldera table must be
+    /// changed first).
+    #[arg(long, value_enum)]
+    pub on_schema_change: Option<SchemaChangeArg>,
     /// With --format debezium: numerics exact as Debezium's default (`precise`), as text
     /// (`string`, what Feldera's `debezium_postgres` flavor reads), or as doubles.
     #[arg(long, value_enum, default_value_t = DecimalArg::Precise)]
@@ -399,6 +407,15 @@ pub enum FormatArg {
     Json,
     /// Readable text.
     Text,
+}
+
+/// `--on-schema-change`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SchemaChangeArg {
+    /// Stop with an error naming the table and the difference.
+    Fail,
+    /// Go on with rows under the new schema.
+    Evolve,
 }
 
 /// `--debezium-decimal`: Debezium's `decimal.handling.mode`.

@@ -82,6 +82,9 @@ const WORKLOAD: &str = "
     UPDATE toast_t SET other = 2 WHERE id = 1;
     UPDATE toast_t SET big = 'small now' WHERE id = 1;
     DELETE FROM toast_t WHERE id = 1;
+    ALTER TABLE full_t ADD COLUMN added int;
+    INSERT INTO full_t VALUES (4, 'after the change', NULL, 44);
+    UPDATE full_t SET added = 45 WHERE id = 4;
     TRUNCATE typed;
     TRUNCATE ck, nokey;
 ";

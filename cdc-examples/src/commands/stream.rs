@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use cdc_core::{CommitMode, PipelineConfig};
 use cdc_postgres::conn::{SnapshotMode, connect_sql};
-use cdc_postgres::source::{PgSource, PgSourceOptions};
+use cdc_postgres::source::{PgSource, PgSourceOptions, SchemaChangePolicy};
 use cdc_sinks::debezium::DecimalMode;
 use cdc_sinks::jetstream::JetStreamSink;
 use cdc_sinks::{
@@ -16,7 +16,8 @@ use cdc_sinks::{
 
 use super::{RunOptions, RunOutcome, ensure_publication, ready_to_stream, run_pipeline};
 use crate::cli::{
-    CliError, CommitModeArg, DecimalArg, FormatArg, GlobalArgs, LayoutArg, SnapshotArg, StreamArgs,
+    CliError, CommitModeArg, DecimalArg, FormatArg, GlobalArgs, LayoutArg, SchemaChangeArg,
+    SnapshotArg, StreamArgs,
 };
 use crate::source_guard::{GuardedSource, SlotPermission};
 
@@ -81,6 +82,12 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
     let mut options = PgSourceOptions::new(config.clone());
     options.snapshot_only = snapshot == SnapshotArg::InitialOnly;
     options.end_lsn = args.end_lsn;
+    options.schema_policy = match (args.on_schema_change, args.format) {
+        (Some(SchemaChangeArg::Evolve), _) | (None, FormatArg::Debezium) => {
+            SchemaChangePolicy::Evolve
+        }
+        (Some(SchemaChangeArg::Fail), _) | (None, _) => SchemaChangePolicy::Fail,
+    };
     options.snapshot_workers = usize::from(args.snapshot_workers);
     options.backfill_chunk_rows = usize::try_from(args.chunk_rows).unwrap_or(usize::MAX);
     options.resnapshot = args

@@ -29,6 +29,7 @@ use cdc_core::{
     ChangeBatch, ConfirmHandle, Error, ErrorKind, Lsn, Result, ResumeToken, Source, SourceIdentity,
 };
 
+pub use cdc_pgoutput::changes::SchemaChangePolicy;
 pub use options::{PgSourceOptions, ReconnectPolicy};
 pub use spill::TempFileSpill;
 pub use stats::{SlotRetention, SourceState, SourceStats, SourceStatsSnapshot, TableReadWhole};
