@@ -76,12 +76,31 @@ pub struct DebeziumEncoder {
     copying: Vec<TableName>,
     /// The first snapshot row is still to come (`source.snapshot: "first"`).
     first_snapshot_row: bool,
+    /// Tables whose snapshot rows began (for `first_in_data_collection`).
+    started_tables: Vec<TableName>,
+    /// The last snapshot row written, held back until what follows it says its
+    /// `source.snapshot` (a table's last row, the snapshot's last, or neither).
+    held: Option<HeldRow>,
     /// When the snapshot began, microseconds since the Unix epoch (`source.ts_ms` of its
     /// rows).
     snapshot_micros: i64,
     now: fn() -> i64,
     /// The key and value schemas of each table's current schema (`schemas`).
     schemas: HashMap<TableName, TableSchemas>,
+}
+
+/// A snapshot row's record, written but for its `source.snapshot` label.
+#[derive(Debug)]
+struct HeldRow {
+    table: TableName,
+    /// The record; the label goes in at `label_at`.
+    record: Vec<u8>,
+    label_at: usize,
+    /// The snapshot's first row, or its table's.
+    first: bool,
+    first_in_table: bool,
+    /// Its table's copy completed after it: it is the table's last row.
+    table_done: bool,
 }
 
 /// The Connect schemas written for one table schema.
@@ -107,6 +126,8 @@ impl DebeziumEncoder {
             last_commit: None,
             copying: Vec::new(),
             first_snapshot_row: true,
+            held: None,
+            started_tables: Vec::new(),
             snapshot_micros: 0,
             now: wall_clock_micros,
             schemas: HashMap::new(),
@@ -123,12 +144,72 @@ impl DebeziumEncoder {
     /// change's delete and insert, a TRUNCATE of several tables — more), one line each.
     /// On error `out` is left as it was.
     pub fn encode(&mut self, event: &ChangeEvent, out: &mut Vec<u8>) -> Result<(), Error> {
+        self.before_event(event, out);
         let start = out.len();
         let result = self.encode_inner(event, out);
         if result.is_err() {
             out.truncate(start);
         }
         result
+    }
+
+    /// Writes the held snapshot row, if any, now that what follows it is known:
+    /// `last_table` — no other table's copy follows.
+    fn release(&mut self, out: &mut Vec<u8>, last_table: bool) {
+        let Some(held) = self.held.take() else {
+            return;
+        };
+        let label = match (held.table_done, last_table, held.first, held.first_in_table) {
+            (true, true, _, _) => "last",
+            (true, false, _, _) => "last_in_data_collection",
+            (false, _, true, _) => "first",
+            (false, _, false, true) => "first_in_data_collection",
+            (false, _, false, false) => "true",
+        };
+        let (before, after) = held.record.split_at(held.label_at.min(held.record.len()));
+        out.extend_from_slice(before);
+        write_str(out, label);
+        out.extend_from_slice(after);
+    }
+
+    /// The end of a batch of events: a held snapshot row whose table's copy goes on in a
+    /// later chunk is written now (an online snapshot's chunk ends its batch); one that may
+    /// be its table's last stays held until a later batch says.
+    pub fn end_of_batch(&mut self, out: &mut Vec<u8>) {
+        if self
+            .held
+            .as_ref()
+            .is_some_and(|h| !h.table_done && !self.copying.contains(&h.table))
+        {
+            self.release(out, false);
+        }
+    }
+
+    /// The end of the stream: writes a held snapshot row.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        let last = self.copying.is_empty();
+        self.release(out, last);
+    }
+
+    /// What `event` says of the held snapshot row: written before it (a table's last row
+    /// when its copy completed), or held on.
+    fn before_event(&mut self, event: &ChangeEvent, out: &mut Vec<u8>) {
+        if self.held.is_some() {
+            match &event.kind {
+                EventKind::Insert { table, .. } if self.copying.contains(&table.name) => {
+                    self.release(out, false);
+                }
+                EventKind::Snapshot(SnapshotMarker::TableCompleted { table, .. }) => {
+                    if let Some(held) = self.held.as_mut().filter(|h| &h.table == table) {
+                        held.table_done = true;
+                    }
+                }
+                EventKind::Snapshot(SnapshotMarker::Completed { .. }) => self.release(out, true),
+                EventKind::Snapshot(_) => {}
+                // Anything else written now goes after the row.
+                _ => self.release(out, false),
+            }
+        }
     }
 
     fn encode_inner(&mut self, event: &ChangeEvent, out: &mut Vec<u8>) -> Result<(), Error> {
@@ -338,6 +419,41 @@ impl DebeziumEncoder {
         after: Option<&Row>,
     ) -> Result<(), Error> {
         let snapshot_read = op == "r";
+        if snapshot_read {
+            let mut record = Vec::new();
+            let label_at = self.write_record(&mut record, table, event, op, before, after)?;
+            let first = std::mem::take(&mut self.first_snapshot_row);
+            let first_in_table = !self.started_tables.contains(&table.name);
+            if first_in_table {
+                self.started_tables.push(table.name.clone());
+            }
+            self.held = Some(HeldRow {
+                table: table.name.clone(),
+                record,
+                label_at,
+                first,
+                first_in_table,
+                table_done: false,
+            });
+            return Ok(());
+        }
+        self.write_record(out, table, event, op, before, after)?;
+        Ok(())
+    }
+
+    /// Writes one record; returns where its `source.snapshot` label goes for a snapshot
+    /// row (written without one).
+    fn write_record(
+        &mut self,
+        out: &mut Vec<u8>,
+        table: &SchemaRef,
+        event: &ChangeEvent,
+        op: &str,
+        before: Option<&Row>,
+        after: Option<&Row>,
+    ) -> Result<usize, Error> {
+        let snapshot_read = op == "r";
+        let mut label_at = 0;
         out.extend_from_slice(b"{\"key\":");
         match (op, before, after) {
             ("t", _, _) => out.extend_from_slice(b"null"),
@@ -373,14 +489,11 @@ impl DebeziumEncoder {
         out.extend_from_slice(b",\"ts_ms\":");
         write_int(out, micros.div_euclid(1000));
         out.extend_from_slice(b",\"snapshot\":");
-        let snapshot = if !snapshot_read {
-            "false"
-        } else if std::mem::take(&mut self.first_snapshot_row) {
-            "first"
+        if snapshot_read {
+            label_at = out.len();
         } else {
-            "true"
-        };
-        write_str(out, snapshot);
+            write_str(out, "false");
+        }
         out.extend_from_slice(b",\"db\":");
         write_str(out, &self.options.database);
         // The change's own LSN where the source knows it, else the commit's.
@@ -427,6 +540,6 @@ impl DebeziumEncoder {
         out.extend_from_slice(b",\"destination\":");
         self.destination(out, &table.name);
         out.extend_from_slice(b"}\n");
-        Ok(())
+        Ok(label_at)
     }
 }

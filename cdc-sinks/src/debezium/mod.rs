@@ -19,8 +19,12 @@
 //!
 //! The key is the primary key's columns in key order (null for a table without one). The
 //! `source` block has `connector: "postgresql"`, `name`, `db`, `schema`, `table`, `txId`,
-//! `ts_ms` of the commit, `snapshot` (`first` for the first snapshot row, `true` for the
-//! others, `false` when streamed), `lsn` and `sequence`.
+//! `ts_ms` of the commit, `snapshot`, `lsn` and `sequence`. A snapshot row's `snapshot`
+//! says where it stands as Debezium's do: `first` (the snapshot's first row),
+//! `first_in_data_collection` (a later table's first), `last_in_data_collection` (a table's
+//! last, also its only), `last` (the snapshot's last) or `true`; the encoder holds each
+//! snapshot row until what follows it decides ([`DebeziumEncoder::end_of_batch`],
+//! [`DebeziumEncoder::finish`]). Streamed changes say `false`.
 //!
 //! Values as Debezium writes them under its defaults:
 //!
@@ -47,9 +51,8 @@
 //! `source.sequence` `[<end LSN of the transaction before>, <lsn>]`, as Debezium gives them.
 //!
 //! Where pgcdc differs from Debezium today (the comparison test names each case):
-//! `source.version` is pgcdc's; snapshot rows say
-//! `first` and `true` but not yet `last_in_data_collection` or `last`, and carry no
-//! `txId`; Debezium's JSON converter writes a column's DEFAULT in place of a NULL
+//! `source.version` is pgcdc's; snapshot rows carry no `txId` (Debezium: its snapshot
+//! transaction's); Debezium's JSON converter writes a column's DEFAULT in place of a NULL
 //! (`replace.null.with.default`), pgcdc writes the NULL; `money`, `bit`, `hstore`, enums
 //! and geometric types are written as their text (schema: a plain `string`).
 

@@ -112,6 +112,9 @@ impl<W: Write + Send> Sink for StdoutSink<W> {
                 break;
             }
         }
+        if result.is_ok() && self.format == StdoutFormat::Debezium {
+            self.debezium.end_of_batch(&mut buf);
+        }
         let result = result.and_then(|()| {
             self.writer
                 .write_all(&buf)
@@ -131,6 +134,14 @@ impl<W: Write + Send> Sink for StdoutSink<W> {
     }
 
     async fn close(&mut self) -> Result<()> {
+        if self.format == StdoutFormat::Debezium {
+            // A snapshot row held for its label (see `DebeziumEncoder::finish`).
+            let mut rest = Vec::new();
+            self.debezium.finish(&mut rest);
+            self.writer
+                .write_all(&rest)
+                .map_err(|e| Error::sink("writing to the stdout sink failed").with_source(e))?;
+        }
         self.writer
             .flush()
             .map_err(|e| Error::sink("flushing the stdout sink failed").with_source(e))
