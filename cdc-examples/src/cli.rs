@@ -209,6 +209,12 @@ pub struct StreamArgs {
     /// (`string`, what Feldera's `debezium_postgres` flavor reads), or as doubles.
     #[arg(long, value_enum, default_value_t = DecimalArg::Precise)]
     pub debezium_decimal: DecimalArg,
+    /// With --format debezium: Debezium's `time.precision.mode`.
+    #[arg(long, value_enum, default_value_t = TimeArg::Adaptive)]
+    pub debezium_time: TimeArg,
+    /// With --format debezium: Debezium's `binary.handling.mode`.
+    #[arg(long, value_enum, default_value_t = BinaryArg::Bytes)]
+    pub debezium_binary: BinaryArg,
     /// Write one Feldera JSON file per table into this directory instead of stdout,
     /// durably with its resume position (`pgcdc-checkpoint.json`): rerunning the same
     /// command resumes exactly where it stopped, without duplicates.
@@ -416,6 +422,30 @@ pub enum SchemaChangeArg {
     Fail,
     /// Go on with rows under the new schema.
     Evolve,
+}
+
+/// `--debezium-time`: Debezium's `time.precision.mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TimeArg {
+    /// Milliseconds up to precision 3, microseconds above.
+    Adaptive,
+    /// As adaptive, every `time` in microseconds.
+    AdaptiveTimeMicroseconds,
+    /// Kafka Connect's types, in milliseconds.
+    Connect,
+}
+
+/// `--debezium-binary`: Debezium's `binary.handling.mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BinaryArg {
+    /// Connect bytes (base64 in JSON).
+    Bytes,
+    /// A base64 string.
+    Base64,
+    /// A URL-safe base64 string.
+    Base64UrlSafe,
+    /// A hex string.
+    Hex,
 }
 
 /// `--debezium-decimal`: Debezium's `decimal.handling.mode`.

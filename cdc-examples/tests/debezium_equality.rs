@@ -157,11 +157,20 @@ fn split_schema(document: &Value) -> (Value, Value) {
 async fn pgcdc_writes_what_debezium_writes() {
     // Debezium's defaults but NULLs kept (see `comparable`), without schemas; then with
     // schemas and numerics as text, what Feldera's Debezium input reads.
-    compare(false, "precise").await;
-    compare(true, "string").await;
+    compare(false, "precise", "adaptive", "bytes").await;
+    compare(true, "string", "adaptive", "bytes").await;
+    // The other time and binary modes, and decimals as doubles.
+    compare(true, "double", "connect", "hex").await;
+    compare(
+        false,
+        "precise",
+        "adaptive_time_microseconds",
+        "base64-url-safe",
+    )
+    .await;
 }
 
-async fn compare(schemas: bool, decimals: &str) {
+async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str) {
     let python = workspace().join("benches/debezium/venv/bin/python");
     assert!(
         python.exists(),
@@ -204,6 +213,8 @@ async fn compare(schemas: bool, decimals: &str) {
         .args(["--fresh", "--drop-slot-on-stop"])
         .args(["-p", &format!("converter.schemas.enable={schemas}")])
         .args(["-p", &format!("decimal.handling.mode={decimals}")])
+        .args(["-p", &format!("time.precision.mode={time}")])
+        .args(["-p", &format!("binary.handling.mode={binary}")])
         .args(["--idle-timeout", "8", "--max-runtime", "150"])
         .args(["-p", "skipped.operations=none"])
         .args(["-p", "converter.replace.null.with.default=false"])
@@ -268,6 +279,10 @@ async fn compare(schemas: bool, decimals: &str) {
             &schemas.to_string(),
             "--debezium-decimal",
             decimals,
+            "--debezium-time",
+            &time.replace('_', "-"),
+            "--debezium-binary",
+            binary,
         ]),
         TIMEOUT,
     );
@@ -297,7 +312,7 @@ async fn compare(schemas: bool, decimals: &str) {
         let (a, b) = (comparable(pair.0), comparable(pair.1));
         if a != b {
             differences.push(format!(
-                "schemas {schemas}, decimals {decimals}, record {i}:\n  pgcdc:    {a}\n  debezium: {b}"
+                "schemas {schemas}, decimals {decimals}, time {time}, binary {binary}, record {i}:\n  pgcdc:    {a}\n  debezium: {b}"
             ));
         }
     }

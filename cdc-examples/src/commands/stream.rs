@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use cdc_core::{CommitMode, PipelineConfig};
 use cdc_postgres::conn::{SnapshotMode, connect_sql};
 use cdc_postgres::source::{PgSource, PgSourceOptions, SchemaChangePolicy};
-use cdc_sinks::debezium::DecimalMode;
+use cdc_sinks::debezium::{BinaryMode, DecimalMode, TimePrecision};
 use cdc_sinks::jetstream::JetStreamSink;
 use cdc_sinks::{
     DebeziumOptions, EncoderOptions, FelderaFileSink, FelderaStreamSink, FileLayout,
@@ -16,8 +16,8 @@ use cdc_sinks::{
 
 use super::{RunOptions, RunOutcome, ensure_publication, ready_to_stream, run_pipeline};
 use crate::cli::{
-    CliError, CommitModeArg, DecimalArg, FormatArg, GlobalArgs, LayoutArg, SchemaChangeArg,
-    SnapshotArg, StreamArgs,
+    BinaryArg, CliError, CommitModeArg, DecimalArg, FormatArg, GlobalArgs, LayoutArg,
+    SchemaChangeArg, SnapshotArg, StreamArgs, TimeArg,
 };
 use crate::source_guard::{GuardedSource, SlotPermission};
 
@@ -161,6 +161,17 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
                 DecimalArg::Precise => DecimalMode::Precise,
                 DecimalArg::String => DecimalMode::String,
                 DecimalArg::Double => DecimalMode::Double,
+            };
+            options.time = match args.debezium_time {
+                TimeArg::Adaptive => TimePrecision::Adaptive,
+                TimeArg::AdaptiveTimeMicroseconds => TimePrecision::AdaptiveTimeMicroseconds,
+                TimeArg::Connect => TimePrecision::Connect,
+            };
+            options.binary = match args.debezium_binary {
+                BinaryArg::Bytes => BinaryMode::Bytes,
+                BinaryArg::Base64 => BinaryMode::Base64,
+                BinaryArg::Base64UrlSafe => BinaryMode::Base64UrlSafe,
+                BinaryArg::Hex => BinaryMode::Hex,
             };
             let sink = StdoutSink::new(stdout(), StdoutFormat::Debezium).with_debezium(options);
             run_pipeline(source, sink, pipeline, &run).await?

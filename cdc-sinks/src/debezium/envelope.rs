@@ -11,9 +11,9 @@ use cdc_core::{
     TableName, Value,
 };
 
-use super::DecimalMode;
 use super::schema::{key_schema, value_schema};
 use super::value::write_value;
+use super::{BinaryMode, DecimalMode, Modes, TimePrecision};
 use crate::json::{write_int, write_str};
 
 /// Microseconds from 1970-01-01 to 2000-01-01.
@@ -39,6 +39,20 @@ pub struct DebeziumOptions {
     pub schemas: bool,
     /// How numerics are written (`decimal.handling.mode`).
     pub decimals: DecimalMode,
+    /// How times and timestamps are written (`time.precision.mode`).
+    pub time: TimePrecision,
+    /// How `bytea` is written (`binary.handling.mode`).
+    pub binary: BinaryMode,
+}
+
+impl DebeziumOptions {
+    fn modes(&self) -> Modes {
+        Modes {
+            decimals: self.decimals,
+            time: self.time,
+            binary: self.binary,
+        }
+    }
 }
 
 impl DebeziumOptions {
@@ -51,6 +65,8 @@ impl DebeziumOptions {
             truncate: true,
             schemas: false,
             decimals: DecimalMode::Precise,
+            time: TimePrecision::Adaptive,
+            binary: BinaryMode::Bytes,
         }
     }
 }
@@ -313,8 +329,8 @@ impl DebeziumEncoder {
         if stale {
             let made = TableSchemas {
                 table: table.clone(),
-                key: key_schema(&self.options.name, table, self.options.decimals),
-                value: value_schema(&self.options.name, table, self.options.decimals),
+                key: key_schema(&self.options.name, table, self.options.modes()),
+                value: value_schema(&self.options.name, table, self.options.modes()),
             };
             self.schemas.insert(table.name.clone(), made);
         }
@@ -367,7 +383,7 @@ impl DebeziumEncoder {
             out.push(b':');
             let value = row.get(index).unwrap_or(&Value::Null);
             if let Some(column) = table.columns.get(index) {
-                write_value(out, value, column, self.options.decimals)?;
+                write_value(out, value, column, self.options.modes())?;
             }
         }
         out.push(b'}');
@@ -386,7 +402,7 @@ impl DebeziumEncoder {
                 out,
                 row.get(i).unwrap_or(&Value::Null),
                 column,
-                self.options.decimals,
+                self.options.modes(),
             )?;
         }
         out.push(b'}');

@@ -63,6 +63,41 @@ mod value;
 pub use envelope::{DebeziumEncoder, DebeziumOptions};
 pub use value::UNAVAILABLE_VALUE;
 
+/// How times and timestamps are written: Debezium's `time.precision.mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TimePrecision {
+    /// `time(p)` and `timestamp(p)` in milliseconds for p ≤ 3, else microseconds.
+    /// Debezium's default.
+    #[default]
+    Adaptive,
+    /// As `Adaptive`, but every `time` in microseconds.
+    AdaptiveTimeMicroseconds,
+    /// Kafka Connect's own types: `time` and `timestamp` in milliseconds.
+    Connect,
+}
+
+/// How `bytea` is written: Debezium's `binary.handling.mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum BinaryMode {
+    /// Connect `bytes` (base64 in JSON). Debezium's default.
+    #[default]
+    Bytes,
+    /// A base64 string.
+    Base64,
+    /// A URL-safe base64 string.
+    Base64UrlSafe,
+    /// A lower-case hex string.
+    Hex,
+}
+
+/// The value modes one encoder writes with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Modes {
+    pub decimals: DecimalMode,
+    pub time: TimePrecision,
+    pub binary: BinaryMode,
+}
+
 /// How numerics are written: Debezium's `decimal.handling.mode`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum DecimalMode {

@@ -4,8 +4,8 @@
 
 use cdc_core::{ColumnSchema, TableSchema};
 
-use super::DecimalMode;
 use super::value::numeric_scale;
+use super::{BinaryMode, DecimalMode, Modes, TimePrecision};
 use crate::json::{write_int, write_str};
 
 /// Type OIDs the schema names.
@@ -87,7 +87,7 @@ fn precision(column: &ColumnSchema) -> i32 {
     if modifier < 0 { 6 } else { modifier }
 }
 
-fn connect_type(type_oid: u32, column: &ColumnSchema, decimals: DecimalMode) -> Connect {
+fn connect_type(type_oid: u32, column: &ColumnSchema, modes: Modes) -> Connect {
     match type_oid {
         oid::BOOL => Connect::plain("boolean"),
         oid::INT2 => Connect::plain("int16"),
@@ -95,8 +95,9 @@ fn connect_type(type_oid: u32, column: &ColumnSchema, decimals: DecimalMode) -> 
         oid::INT8 | oid::OID => Connect::plain("int64"),
         oid::FLOAT4 => Connect::plain("float"),
         oid::FLOAT8 => Connect::plain("double"),
-        oid::BYTEA => Connect::plain("bytes"),
-        oid::NUMERIC => match (decimals, numeric_scale(column)) {
+        oid::BYTEA if modes.binary == BinaryMode::Bytes => Connect::plain("bytes"),
+        oid::BYTEA => Connect::plain("string"),
+        oid::NUMERIC => match (modes.decimals, numeric_scale(column)) {
             (DecimalMode::String, _) => Connect::plain("string"),
             (DecimalMode::Double, _) => Connect::plain("double"),
             (DecimalMode::Precise, Some(scale)) => {
@@ -114,10 +115,21 @@ fn connect_type(type_oid: u32, column: &ColumnSchema, decimals: DecimalMode) -> 
                 ..Connect::named("struct", "io.debezium.data.VariableScaleDecimal")
             },
         },
+        oid::DATE if modes.time == TimePrecision::Connect => {
+            Connect::named("int32", "org.apache.kafka.connect.data.Date")
+        }
         oid::DATE => Connect::named("int32", "io.debezium.time.Date"),
-        oid::TIME if precision(column) <= 3 => Connect::named("int32", "io.debezium.time.Time"),
+        oid::TIME if modes.time == TimePrecision::Connect => {
+            Connect::named("int32", "org.apache.kafka.connect.data.Time")
+        }
+        oid::TIME if modes.time == TimePrecision::Adaptive && precision(column) <= 3 => {
+            Connect::named("int32", "io.debezium.time.Time")
+        }
         oid::TIME => Connect::named("int64", "io.debezium.time.MicroTime"),
         oid::TIMETZ => Connect::named("string", "io.debezium.time.ZonedTime"),
+        oid::TIMESTAMP if modes.time == TimePrecision::Connect => {
+            Connect::named("int64", "org.apache.kafka.connect.data.Timestamp")
+        }
         oid::TIMESTAMP if precision(column) <= 3 => {
             Connect::named("int64", "io.debezium.time.Timestamp")
         }
@@ -168,19 +180,19 @@ fn write_names(out: &mut Vec<u8>, connect: &Connect) {
 }
 
 /// One column's field schema.
-fn write_column(out: &mut Vec<u8>, column: &ColumnSchema, optional: bool, decimals: DecimalMode) {
+fn write_column(out: &mut Vec<u8>, column: &ColumnSchema, optional: bool, modes: Modes) {
     let type_oid = column.column_type.oid;
     out.push(b'{');
     match array_element(type_oid) {
         Some(element) => {
-            let items = connect_type(element, column, decimals);
+            let items = connect_type(element, column, modes);
             out.extend_from_slice(b"\"type\":\"array\",\"items\":{");
             write_type(out, &items);
             out.extend_from_slice(b",\"optional\":true");
             write_names(out, &items);
             out.push(b'}');
         }
-        None => write_type(out, &connect_type(type_oid, column, decimals)),
+        None => write_type(out, &connect_type(type_oid, column, modes)),
     }
     out.extend_from_slice(if optional {
         b",\"optional\":true"
@@ -188,7 +200,7 @@ fn write_column(out: &mut Vec<u8>, column: &ColumnSchema, optional: bool, decima
         b",\"optional\":false"
     });
     if array_element(type_oid).is_none() {
-        write_names(out, &connect_type(type_oid, column, decimals));
+        write_names(out, &connect_type(type_oid, column, modes));
     }
     out.extend_from_slice(b",\"field\":");
     write_str(out, &column.name);
@@ -196,7 +208,7 @@ fn write_column(out: &mut Vec<u8>, column: &ColumnSchema, optional: bool, decima
 }
 
 /// The key's schema: a struct of the primary key's columns, `<prefix>.<schema>.<table>.Key`.
-pub(super) fn key_schema(prefix: &str, table: &TableSchema, decimals: DecimalMode) -> Vec<u8> {
+pub(super) fn key_schema(prefix: &str, table: &TableSchema, modes: Modes) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(b"{\"type\":\"struct\",\"fields\":[");
     let mut first = true;
@@ -208,7 +220,7 @@ pub(super) fn key_schema(prefix: &str, table: &TableSchema, decimals: DecimalMod
             out.push(b',');
         }
         first = false;
-        write_column(&mut out, column, false, decimals);
+        write_column(&mut out, column, false, modes);
     }
     out.extend_from_slice(b"],\"optional\":false,\"name\":");
     write_str(
@@ -224,7 +236,7 @@ const SOURCE_SCHEMA: &str = r#"{"type":"struct","fields":[{"type":"string","opti
 const TAIL_SCHEMA: &str = r#"{"type":"struct","fields":[{"type":"string","optional":false,"field":"id"},{"type":"int64","optional":false,"field":"total_order"},{"type":"int64","optional":false,"field":"data_collection_order"}],"optional":true,"name":"event.block","version":1,"field":"transaction"},{"type":"string","optional":false,"field":"op"},{"type":"int64","optional":true,"field":"ts_ms"},{"type":"int64","optional":true,"field":"ts_us"},{"type":"int64","optional":true,"field":"ts_ns"}"#;
 
 /// The envelope's schema, `<prefix>.<schema>.<table>.Envelope` (version 2).
-pub(super) fn value_schema(prefix: &str, table: &TableSchema, decimals: DecimalMode) -> Vec<u8> {
+pub(super) fn value_schema(prefix: &str, table: &TableSchema, modes: Modes) -> Vec<u8> {
     let qualified = format!("{prefix}.{}.{}", table.name.schema, table.name.name);
     let mut row = Vec::new();
     row.extend_from_slice(b"{\"type\":\"struct\",\"fields\":[");
@@ -232,7 +244,7 @@ pub(super) fn value_schema(prefix: &str, table: &TableSchema, decimals: DecimalM
         if i > 0 {
             row.push(b',');
         }
-        write_column(&mut row, column, column.nullable, decimals);
+        write_column(&mut row, column, column.nullable, modes);
     }
     row.extend_from_slice(b"],\"optional\":true,\"name\":");
     write_str(&mut row, &format!("{qualified}.Value"));

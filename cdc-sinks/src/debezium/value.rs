@@ -6,7 +6,7 @@
 use cdc_core::value::{Date, Interval, Time, TimeTz, Timestamp, TimestampTz, USECS_PER_DAY};
 use cdc_core::{ColumnSchema, Error, Numeric, Value};
 
-use super::DecimalMode;
+use super::{BinaryMode, DecimalMode, Modes, TimePrecision};
 use crate::json::{write_f32, write_f64, write_int, write_str, write_text};
 
 /// What Debezium writes for an unchanged TOASTed value it was not sent
@@ -38,7 +38,7 @@ pub(super) fn write_value(
     out: &mut Vec<u8>,
     value: &Value,
     column: &ColumnSchema,
-    decimals: DecimalMode,
+    modes: Modes,
 ) -> Result<(), Error> {
     match value {
         Value::Null => out.extend_from_slice(b"null"),
@@ -53,13 +53,18 @@ pub(super) fn write_value(
         // Java writes the special values of a float as strings.
         Value::Float4(v) => write_non_finite(out, f64::from(*v)),
         Value::Float8(v) => write_non_finite(out, *v),
-        Value::Numeric(numeric) => write_decimal(out, numeric, column, decimals)?,
+        Value::Numeric(numeric) => write_decimal(out, numeric, column, modes.decimals)?,
         Value::Text(t) => write_text(out, t),
-        Value::Bytea(bytes) => write_base64(out, bytes),
+        Value::Bytea(bytes) => write_binary(out, bytes, modes.binary),
         Value::Date(d) => write_int(out, date_days(*d)),
-        Value::Time(t) => write_int(out, adaptive_time(*t, time_precision(column))),
+        Value::Time(t) => write_int(out, time_value(*t, time_precision(column), modes.time)),
         Value::TimeTz(t) => write_zoned_time(out, *t),
-        Value::Timestamp(ts) => write_int(out, adaptive_timestamp(*ts, time_precision(column))),
+        Value::Timestamp(ts) => {
+            write_int(
+                out,
+                timestamp_value(*ts, time_precision(column), modes.time),
+            );
+        }
         Value::TimestampTz(ts) => write_zoned_timestamp(out, *ts),
         Value::Interval(iv) => write_int(out, interval_micros(*iv)),
         Value::Uuid(u) => write_str(out, &u.hyphenated().to_string()),
@@ -70,7 +75,7 @@ pub(super) fn write_value(
                 if i > 0 {
                     out.push(b',');
                 }
-                write_value(out, element, column, decimals)?;
+                write_value(out, element, column, modes)?;
             }
             out.push(b']');
         }
@@ -141,18 +146,24 @@ fn date_days(date: Date) -> i64 {
 }
 
 /// `time(p)`: milliseconds since midnight for `p` ≤ 3 (`io.debezium.time.Time`), else
-/// microseconds (`MicroTime`).
-fn adaptive_time(time: Time, precision: i32) -> i64 {
-    if precision <= 3 {
-        time.0 / 1000
-    } else {
-        time.0
+/// microseconds (`MicroTime`); always microseconds with `AdaptiveTimeMicroseconds`, always
+/// milliseconds with `Connect`.
+fn time_value(time: Time, precision: i32, mode: TimePrecision) -> i64 {
+    match mode {
+        TimePrecision::Adaptive if precision <= 3 => time.0 / 1000,
+        TimePrecision::Connect => time.0 / 1000,
+        _ => time.0,
     }
 }
 
 /// `timestamp(p)`: milliseconds since the Unix epoch for `p` ≤ 3
 /// (`io.debezium.time.Timestamp`), else microseconds (`MicroTimestamp`).
-fn adaptive_timestamp(ts: Timestamp, precision: i32) -> i64 {
+fn timestamp_value(ts: Timestamp, precision: i32, mode: TimePrecision) -> i64 {
+    let precision = if mode == TimePrecision::Connect {
+        0
+    } else {
+        precision
+    };
     let micros = match ts {
         Timestamp::Micros(us) => us.saturating_add(UNIX_TO_PG_MICROS),
         Timestamp::Infinity => 9_223_372_036_825_200_000,
@@ -307,10 +318,33 @@ pub(super) fn twos_complement(digits: &[u8], negative: bool) -> Vec<u8> {
 }
 
 const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+const BASE64_URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// `bytea` in `mode`.
+fn write_binary(out: &mut Vec<u8>, bytes: &[u8], mode: BinaryMode) {
+    match mode {
+        BinaryMode::Bytes | BinaryMode::Base64 => write_base64(out, bytes),
+        BinaryMode::Base64UrlSafe => write_base64_with(out, bytes, BASE64_URL),
+        BinaryMode::Hex => {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.reserve(bytes.len() * 2 + 2);
+            out.push(b'"');
+            for &b in bytes {
+                out.push(HEX[usize::from(b >> 4)]);
+                out.push(HEX[usize::from(b & 15)]);
+            }
+            out.push(b'"');
+        }
+    }
+}
 
 /// `bytes` as a JSON string in standard base64 with padding (what Kafka's JSON converter
 /// writes for Connect `bytes`).
 pub(super) fn write_base64(out: &mut Vec<u8>, bytes: &[u8]) {
+    write_base64_with(out, bytes, BASE64);
+}
+
+fn write_base64_with(out: &mut Vec<u8>, bytes: &[u8], alphabet: &[u8; 64]) {
     out.reserve(bytes.len().div_ceil(3) * 4 + 2);
     out.push(b'"');
     for chunk in bytes.chunks(3) {
@@ -318,7 +352,7 @@ pub(super) fn write_base64(out: &mut Vec<u8>, bytes: &[u8]) {
         let b1 = chunk.get(1).copied().unwrap_or(0);
         let b2 = chunk.get(2).copied().unwrap_or(0);
         let n = (u32::from(b0) << 16) | (u32::from(b1) << 8) | u32::from(b2);
-        let sextet = |shift: u32| BASE64[((n >> shift) & 63) as usize];
+        let sextet = |shift: u32| alphabet[((n >> shift) & 63) as usize];
         out.push(sextet(18));
         out.push(sextet(12));
         out.push(if chunk.len() > 1 { sextet(6) } else { b'=' });
