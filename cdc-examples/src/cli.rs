@@ -212,6 +212,11 @@ pub struct StreamArgs {
     /// With --format debezium: Debezium's `time.precision.mode`.
     #[arg(long, value_enum, default_value_t = TimeArg::Adaptive)]
     pub debezium_time: TimeArg,
+    /// With --format debezium: transaction metadata, as Debezium's
+    /// `provide.transaction.metadata`: BEGIN and END records (with event counts) on
+    /// `<name>.transaction`, and each change's place in its transaction.
+    #[arg(long)]
+    pub debezium_transactions: bool,
     /// With --format debezium: Debezium's `binary.handling.mode`.
     #[arg(long, value_enum, default_value_t = BinaryArg::Bytes)]
     pub debezium_binary: BinaryArg,

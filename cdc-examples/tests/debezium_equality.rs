@@ -3,7 +3,8 @@
 //! publication through two slots over the same workload — inserts, updates with and
 //! without a key change, deletes and TRUNCATEs under every replica identity, TOASTed
 //! values unchanged and changed, NULLs and the common built-in types — and every record
-//! must match: destination, key, `op`, `before`, `after` and the `source` fields
+//! must match — transaction metadata records too, in the variant that asks for them:
+//! destination, key, `op`, `before`, `after`, `transaction` and the `source` fields
 //! `connector`, `name`, `db`, `schema`, `table`, `txId`, `lsn`, `sequence`, `ts_ms` and
 //! `snapshot`.
 //!
@@ -106,6 +107,17 @@ fn lines(text: &str) -> Vec<Value> {
 /// The parts of a record that must match. With schemas, the key and value are each
 /// `{"schema", "payload"}`: both schemas must match, and the payloads as without.
 fn comparable(record: &Value) -> Value {
+    // Transaction metadata records: everything in them must match.
+    if record["destination"]
+        .as_str()
+        .is_some_and(|d| d.ends_with(".transaction"))
+    {
+        return serde_json::json!({
+            "destination": record["destination"],
+            "key": record["key"],
+            "value": record["value"],
+        });
+    }
     let (key, key_schema) = split_schema(&record["key"]);
     let (value, value_schema) = split_schema(&record["value"]);
     let mut out = serde_json::json!({
@@ -157,20 +169,21 @@ fn split_schema(document: &Value) -> (Value, Value) {
 async fn pgcdc_writes_what_debezium_writes() {
     // Debezium's defaults but NULLs kept (see `comparable`), without schemas; then with
     // schemas and numerics as text, what Feldera's Debezium input reads.
-    compare(false, "precise", "adaptive", "bytes").await;
-    compare(true, "string", "adaptive", "bytes").await;
-    // The other time and binary modes, and decimals as doubles.
-    compare(true, "double", "connect", "hex").await;
+    compare(false, "precise", "adaptive", "bytes", false).await;
+    compare(true, "string", "adaptive", "bytes", false).await;
+    // The other time and binary modes, and decimals as doubles; transaction metadata.
+    compare(true, "double", "connect", "hex", false).await;
     compare(
         false,
         "precise",
         "adaptive_time_microseconds",
         "base64-url-safe",
+        true,
     )
     .await;
 }
 
-async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str) {
+async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str, transactions: bool) {
     let python = workspace().join("benches/debezium/venv/bin/python");
     assert!(
         python.exists(),
@@ -215,6 +228,10 @@ async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str) {
         .args(["-p", &format!("decimal.handling.mode={decimals}")])
         .args(["-p", &format!("time.precision.mode={time}")])
         .args(["-p", &format!("binary.handling.mode={binary}")])
+        .args([
+            "-p",
+            &format!("provide.transaction.metadata={transactions}"),
+        ])
         .args(["--idle-timeout", "8", "--max-runtime", "150"])
         .args(["-p", "skipped.operations=none"])
         .args(["-p", "converter.replace.null.with.default=false"])
@@ -257,35 +274,38 @@ async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str) {
         .get(0);
 
     let uri = cluster.uri("postgres", ADMIN_USER, None);
-    let output = run(
-        pgcdc([
-            "stream",
-            "--uri",
-            &uri,
-            "--publication",
-            "pub",
-            "--slot",
-            "pgcdc_slot",
-            "--snapshot",
-            "never",
-            "--format",
-            "debezium",
-            "--debezium-name",
-            "pgcdc",
-            "--end-lsn",
-            &end,
-            "--quiet",
-            "--debezium-schemas",
-            &schemas.to_string(),
-            "--debezium-decimal",
-            decimals,
-            "--debezium-time",
-            &time.replace('_', "-"),
-            "--debezium-binary",
-            binary,
-        ]),
-        TIMEOUT,
-    );
+    let time_arg = time.replace('_', "-");
+    let schemas_arg = schemas.to_string();
+    let mut pgcdc_args = vec![
+        "stream",
+        "--uri",
+        &uri,
+        "--publication",
+        "pub",
+        "--slot",
+        "pgcdc_slot",
+        "--snapshot",
+        "never",
+        "--format",
+        "debezium",
+        "--debezium-name",
+        "pgcdc",
+        "--end-lsn",
+        &end,
+        "--quiet",
+        "--debezium-schemas",
+        &schemas_arg,
+        "--debezium-decimal",
+        decimals,
+        "--debezium-time",
+        &time_arg,
+        "--debezium-binary",
+        binary,
+    ];
+    if transactions {
+        pgcdc_args.push("--debezium-transactions");
+    }
+    let output = run(pgcdc(pgcdc_args), TIMEOUT);
     assert!(
         output.status.success(),
         "pgcdc failed: {}",
@@ -298,10 +318,20 @@ async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str) {
     let theirs = lines(&std::fs::read_to_string(&dbz_out).unwrap());
 
     assert!(theirs.len() > 30, "only {} Debezium records", theirs.len());
-    // The variant compares what it says it does: schemas beside every non-tombstone value.
+    // The variant compares what it says it does: schemas beside every non-tombstone value,
+    // transaction records when asked for.
+    let transaction_records = theirs
+        .iter()
+        .filter(|r| r["destination"] == "pgcdc.transaction")
+        .count();
+    assert_eq!(
+        transaction_records > 0,
+        transactions,
+        "Debezium's transaction records"
+    );
     let with_schema = theirs
         .iter()
-        .filter(|r| !r["value"].is_null())
+        .filter(|r| !r["value"].is_null() && r["destination"] != "pgcdc.transaction")
         .all(|r| split_schema(&r["value"]).1.is_object());
     assert_eq!(
         with_schema, schemas,

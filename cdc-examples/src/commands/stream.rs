@@ -167,6 +167,7 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
                 TimeArg::AdaptiveTimeMicroseconds => TimePrecision::AdaptiveTimeMicroseconds,
                 TimeArg::Connect => TimePrecision::Connect,
             };
+            options.transaction_metadata = args.debezium_transactions;
             options.binary = match args.debezium_binary {
                 BinaryArg::Bytes => BinaryMode::Bytes,
                 BinaryArg::Base64 => BinaryMode::Base64,

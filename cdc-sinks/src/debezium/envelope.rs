@@ -43,6 +43,10 @@ pub struct DebeziumOptions {
     pub time: TimePrecision,
     /// How `bytea` is written (`binary.handling.mode`).
     pub binary: BinaryMode,
+    /// Transaction metadata, as Debezium's `provide.transaction.metadata`: a BEGIN and an
+    /// END record (with its event counts) on `<name>.transaction` around each
+    /// transaction, and each change's place in it (`transaction`).
+    pub transaction_metadata: bool,
 }
 
 impl DebeziumOptions {
@@ -67,16 +71,22 @@ impl DebeziumOptions {
             decimals: DecimalMode::Precise,
             time: TimePrecision::Adaptive,
             binary: BinaryMode::Bytes,
+            transaction_metadata: false,
         }
     }
 }
 
 /// The transaction being written.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Transaction {
     xid: u32,
     /// Commit time, microseconds since the Unix epoch.
     commit_micros: i64,
+    /// Records written for it, and per table in order of first appearance.
+    total: u64,
+    per_table: Vec<(String, u64)>,
+    /// Its BEGIN record is written with its first change (whose LSN it names).
+    begun: bool,
 }
 
 /// Turns change events into Debezium records, one line each. Keeps what a record needs
@@ -231,15 +241,28 @@ impl DebeziumEncoder {
     fn encode_inner(&mut self, event: &ChangeEvent, out: &mut Vec<u8>) -> Result<(), Error> {
         match &event.kind {
             EventKind::Begin(begin) => {
-                self.transaction = Some(Transaction {
+                let transaction = Transaction {
                     xid: begin.xid,
                     commit_micros: begin.commit_time_micros.saturating_add(UNIX_TO_PG_MICROS),
-                });
+                    total: 0,
+                    per_table: Vec::new(),
+                    begun: false,
+                };
+                self.transaction = Some(transaction);
             }
             EventKind::Commit(commit) => {
                 // Debezium records the Commit message's position: the transaction's end.
                 self.last_commit = Some(commit.end_lsn);
-                self.transaction = None;
+                if let Some(transaction) = self.transaction.take()
+                    && self.options.transaction_metadata
+                {
+                    if !transaction.begun {
+                        let id = format!("{}:{}", transaction.xid, event.lsn.0);
+                        self.transaction_record(out, &id, "BEGIN", &transaction, false);
+                    }
+                    let id = format!("{}:{}", transaction.xid, commit.end_lsn.0);
+                    self.transaction_record(out, &id, "END", &transaction, true);
+                }
             }
             EventKind::Insert { table, new } => {
                 let op = if self.copying.contains(&table.name) {
@@ -311,6 +334,46 @@ impl DebeziumEncoder {
             }
             _ => {}
         }
+    }
+
+    /// A BEGIN or END record on `<name>.transaction`.
+    fn transaction_record(
+        &self,
+        out: &mut Vec<u8>,
+        id: &str,
+        status: &str,
+        transaction: &Transaction,
+        end: bool,
+    ) {
+        out.extend_from_slice(b"{\"key\":{\"id\":");
+        write_str(out, id);
+        out.extend_from_slice(b"},\"value\":{\"status\":");
+        write_str(out, status);
+        out.extend_from_slice(b",\"id\":");
+        write_str(out, id);
+        if end {
+            out.extend_from_slice(b",\"event_count\":");
+            write_int(out, transaction.total);
+            out.extend_from_slice(b",\"data_collections\":[");
+            for (i, (table, count)) in transaction.per_table.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"{\"data_collection\":");
+                write_str(out, table);
+                out.extend_from_slice(b",\"event_count\":");
+                write_int(out, *count);
+                out.push(b'}');
+            }
+            out.push(b']');
+        } else {
+            out.extend_from_slice(b",\"event_count\":null,\"data_collections\":null");
+        }
+        out.extend_from_slice(b",\"ts_ms\":");
+        write_int(out, transaction.commit_micros.div_euclid(1000));
+        out.extend_from_slice(b"},\"destination\":");
+        write_str(out, &format!("{}.transaction", self.options.name));
+        out.extend_from_slice(b"}\n");
     }
 
     fn destination(&self, out: &mut Vec<u8>, table: &TableName) {
@@ -470,6 +533,21 @@ impl DebeziumEncoder {
     ) -> Result<usize, Error> {
         let snapshot_read = op == "r";
         let mut label_at = 0;
+        // A transaction's BEGIN record goes before its first change, named by its LSN.
+        if self.options.transaction_metadata
+            && !snapshot_read
+            && let Some(transaction) = self.transaction.as_mut().filter(|t| !t.begun)
+        {
+            transaction.begun = true;
+            let first = if event.lsn == Lsn::ZERO {
+                event.position.commit_lsn
+            } else {
+                event.lsn
+            };
+            let id = format!("{}:{}", transaction.xid, first.0);
+            let transaction = transaction.clone();
+            self.transaction_record(out, &id, "BEGIN", &transaction, false);
+        }
         out.extend_from_slice(b"{\"key\":");
         match (op, before, after) {
             ("t", _, _) => out.extend_from_slice(b"null"),
@@ -500,7 +578,7 @@ impl DebeziumEncoder {
         let micros = if snapshot_read {
             self.snapshot_micros
         } else {
-            self.transaction.map_or(0, |t| t.commit_micros)
+            self.transaction.as_ref().map_or(0, |t| t.commit_micros)
         };
         out.extend_from_slice(b",\"ts_ms\":");
         write_int(out, micros.div_euclid(1000));
@@ -533,14 +611,49 @@ impl DebeziumEncoder {
         out.extend_from_slice(b",\"table\":");
         write_str(out, &table.name.name);
         out.extend_from_slice(b",\"txId\":");
-        match self.transaction.filter(|_| !snapshot_read) {
+        match self.transaction.as_ref().filter(|_| !snapshot_read) {
             Some(t) => write_int(out, t.xid),
             None => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"lsn\":");
         write_int(out, lsn);
         out.extend_from_slice(b",\"xmin\":null,\"origin\":null,\"origin_lsn\":null}");
-        out.extend_from_slice(b",\"transaction\":null,\"op\":");
+        out.extend_from_slice(b",\"transaction\":");
+        match self
+            .transaction
+            .as_mut()
+            .filter(|_| self.options.transaction_metadata && !snapshot_read)
+        {
+            Some(transaction) => {
+                let data_collection = format!("{}.{}", table.name.schema, table.name.name);
+                transaction.total += 1;
+                let in_table = match transaction
+                    .per_table
+                    .iter_mut()
+                    .find(|(t, _)| *t == data_collection)
+                {
+                    Some((_, count)) => {
+                        *count += 1;
+                        *count
+                    }
+                    None => {
+                        transaction.per_table.push((data_collection, 1));
+                        1
+                    }
+                };
+                let total = transaction.total;
+                let xid = transaction.xid;
+                out.extend_from_slice(b"{\"id\":");
+                write_str(out, &format!("{xid}:{lsn}"));
+                out.extend_from_slice(b",\"total_order\":");
+                write_int(out, total);
+                out.extend_from_slice(b",\"data_collection_order\":");
+                write_int(out, in_table);
+                out.push(b'}');
+            }
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"op\":");
         write_str(out, op);
         let now = (self.now)();
         out.extend_from_slice(b",\"ts_ms\":");

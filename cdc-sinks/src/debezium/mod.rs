@@ -16,6 +16,7 @@
 //! | update that changes the primary key | `d` (old key), a tombstone, `c` (new row) |
 //! | delete | `d`, `before` the old row as the replica identity logged it (key columns, other columns null; or the full row), then a tombstone (`value` null) |
 //! | TRUNCATE | one `t` per table, key null ([`DebeziumOptions::truncate`]) |
+//! | transaction ([`DebeziumOptions::transaction_metadata`]) | a BEGIN record before its first change (`id` `<xid>:<its LSN>`), an END record after its last (`<xid>:<end LSN>`, event counts per table) on `<name>.transaction`; each change's `transaction` block gives its order |
 //!
 //! The key is the primary key's columns in key order (null for a table without one). The
 //! `source` block has `connector: "postgresql"`, `name`, `db`, `schema`, `table`, `txId`,
