@@ -112,3 +112,6 @@ pub enum DecimalMode {
     /// A JSON number (rounded to a double); NaN and infinities as strings.
     Double,
 }
+
+#[cfg(test)]
+mod tests;
