@@ -355,12 +355,10 @@ impl SourceMachine {
     }
 
     /// Whether the run's end position is reached.
-    fn reached_end(&self, holding: bool) -> bool {
+    fn reached_end(&self) -> bool {
         let nothing_waiting = self.batches.pending_len() == 0 && self.inbox.is_empty();
-        !holding
-            && self
-                .progress
-                .reached_end(&self.batches, self.confirmed, nothing_waiting)
+        self.progress
+            .reached_end(&self.batches, self.confirmed, nothing_waiting)
     }
 
     /// What to do next at `now`, with the online snapshot `merge` if one runs. Processes
@@ -376,10 +374,9 @@ impl SourceMachine {
             if filled.full || self.hand_out_now {
                 return Ok(Action::HandOut);
             }
-            let holding = merge.as_ref().is_some_and(|m| m.facts().held > 0);
             // With an online snapshot running, the end waits for it: a stream that stops
-            // at an LSN stops with every table complete.
-            if self.phase == Phase::Streaming && merge.is_none() && self.reached_end(holding) {
+            // at an LSN stops with every table complete (and nothing is held for it).
+            if self.phase == Phase::Streaming && merge.is_none() && self.reached_end() {
                 self.phase = Phase::Ended;
             }
             match self.phase {

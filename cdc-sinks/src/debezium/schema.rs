@@ -183,7 +183,7 @@ fn write_names(out: &mut Vec<u8>, connect: &Connect) {
 fn write_column(out: &mut Vec<u8>, column: &ColumnSchema, optional: bool, modes: Modes) {
     let type_oid = column.column_type.oid;
     out.push(b'{');
-    match array_element(type_oid) {
+    let scalar = match array_element(type_oid) {
         Some(element) => {
             let items = connect_type(element, column, modes);
             out.extend_from_slice(b"\"type\":\"array\",\"items\":{");
@@ -191,16 +191,21 @@ fn write_column(out: &mut Vec<u8>, column: &ColumnSchema, optional: bool, modes:
             out.extend_from_slice(b",\"optional\":true");
             write_names(out, &items);
             out.push(b'}');
+            None
         }
-        None => write_type(out, &connect_type(type_oid, column, modes)),
-    }
+        None => {
+            let connect = connect_type(type_oid, column, modes);
+            write_type(out, &connect);
+            Some(connect)
+        }
+    };
     out.extend_from_slice(if optional {
         b",\"optional\":true"
     } else {
         b",\"optional\":false"
     });
-    if array_element(type_oid).is_none() {
-        write_names(out, &connect_type(type_oid, column, modes));
+    if let Some(connect) = &scalar {
+        write_names(out, connect);
     }
     out.extend_from_slice(b",\"field\":");
     write_str(out, &column.name);

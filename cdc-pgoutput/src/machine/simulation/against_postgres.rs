@@ -265,15 +265,19 @@ async fn real_changes(client: &Client, slot: &str) -> (Vec<String>, Vec<(Lsn, Ls
     (without_relations(out), commits)
 }
 
+/// The walsender the real server is compared with: protocol 1, empty transactions not
+/// sent (PostgreSQL 15+), no keepalives.
+const PROTOCOL_1: WalsenderOptions = WalsenderOptions {
+    streaming: false,
+    parallel: false,
+    stream_after: usize::MAX,
+    skip_empty: true,
+    keepalives: 0,
+};
+
 /// What the simulated walsender sends from `start`.
 fn simulated_changes(db: &Database, start: Lsn) -> Vec<String> {
-    let options = WalsenderOptions {
-        streaming: false,
-        parallel: false,
-        stream_after: usize::MAX,
-        skip_empty: true,
-        keepalives: 0,
-    };
+    let options = PROTOCOL_1;
     let mut session = Walsender::new(options, start, &db.wal);
     let mut sent = std::collections::VecDeque::new();
     let mut rng = SeedRng(0);
@@ -307,13 +311,7 @@ fn without_relations(lines: Vec<String>) -> Vec<String> {
 /// The model's commit records that the real server sent (skipping empty ones, as
 /// PostgreSQL 15+ does), in WAL order.
 fn simulated_commits(db: &Database) -> Vec<usize> {
-    let options = WalsenderOptions {
-        streaming: false,
-        parallel: false,
-        stream_after: usize::MAX,
-        skip_empty: true,
-        keepalives: 0,
-    };
+    let options = PROTOCOL_1;
     let mut commits = Vec::new();
     let mut session = Walsender::new(options, Lsn::ZERO, &db.wal);
     let mut rng = SeedRng(0);
