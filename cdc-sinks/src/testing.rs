@@ -36,6 +36,7 @@ pub fn table(
                     oid: *oid,
                     modifier: -1,
                     name: None,
+                    definition: Default::default(),
                 },
                 nullable: !key.contains(n),
                 part_of_key: key.contains(n) || identity == ReplicaIdentity::Full,

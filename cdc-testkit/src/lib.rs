@@ -107,6 +107,7 @@
 mod binaries;
 mod cache;
 mod cluster;
+pub mod corpus;
 mod error;
 mod nats;
 mod os;

@@ -278,6 +278,7 @@ mod tests {
                     oid: 23,
                     modifier: -1,
                     name: None,
+                    definition: Default::default(),
                 },
                 nullable: false,
                 part_of_key: true,

@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub mod bank;
+pub mod debezium;
 
 /// A `pgcdc` command, without the test process's libpq environment: no `PG*` variable,
 /// and a password file that does not exist (so a developer's `~/.pgpass` plays no part).

@@ -75,6 +75,7 @@ impl Shape {
                 oid,
                 modifier: -1,
                 name: None,
+                definition: Default::default(),
             },
             nullable: !key,
             part_of_key: key,

@@ -19,6 +19,7 @@ fn schema() -> SchemaRef {
             oid: oids::INT8,
             modifier: -1,
             name: Some("bigint".into()),
+            definition: Default::default(),
         },
         nullable: !key,
         part_of_key: key,

@@ -193,6 +193,7 @@ impl RelationCache {
                         oid: c.type_oid,
                         modifier: c.type_modifier,
                         name: t.name.as_ref().map(|n| n.to_string()),
+                        definition: self.types.definition(c.type_oid),
                     },
                     nullable: catalog.is_none_or(|info| !info.not_null.contains(&c.name)),
                     part_of_key: c.is_key(),

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cdc_core::{Text, TypeOid};
+use cdc_core::{Text, TypeDefinition, TypeOid};
 
 use super::oids::{self, BuiltinKind, ScalarKind};
 
@@ -118,6 +118,8 @@ struct CustomType {
 #[derive(Clone, Debug, Default)]
 pub struct TypeRegistry {
     custom: HashMap<TypeOid, CustomType>,
+    /// Enum labels in sort order, where the catalog gave them.
+    enum_labels: HashMap<TypeOid, Vec<String>>,
 }
 
 impl TypeRegistry {
@@ -181,6 +183,42 @@ impl TypeRegistry {
                 def,
             },
         );
+    }
+
+    /// Records an enum's labels in sort order (`pg_enum`), for sinks whose schemas list
+    /// them.
+    pub fn define_enum_labels(&mut self, oid: TypeOid, labels: Vec<String>) {
+        self.enum_labels.insert(oid, labels);
+    }
+
+    /// What is known of `oid` beyond decoding: a domain's base type (followed through
+    /// domains over domains), an enum's labels (when defined), else `Plain`.
+    pub fn definition(&self, oid: TypeOid) -> TypeDefinition {
+        let mut base = None;
+        let mut current = oid;
+        for _ in 0..=MAX_RESOLVE_DEPTH {
+            match self.custom.get(&current).map(|c| c.def) {
+                Some(TypeDef::Domain { base: next }) => {
+                    base = Some(next);
+                    current = next;
+                }
+                _ => break,
+            }
+        }
+        if let Some(base) = base {
+            return TypeDefinition::Domain { base };
+        }
+        match (self.custom.get(&oid), self.enum_labels.get(&oid)) {
+            (
+                Some(CustomType {
+                    def: TypeDef::Enum, ..
+                }),
+                Some(labels),
+            ) => TypeDefinition::Enum {
+                labels: labels.clone(),
+            },
+            _ => TypeDefinition::Plain,
+        }
     }
 
     /// The qualified name known for `oid`.

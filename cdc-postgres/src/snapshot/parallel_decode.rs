@@ -222,6 +222,7 @@ mod tests {
                 oid: 17,
                 modifier: -1,
                 name: Some("pg_catalog.bytea".into()),
+                definition: Default::default(),
             },
             nullable: true,
             part_of_key: false,

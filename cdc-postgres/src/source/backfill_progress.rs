@@ -286,6 +286,7 @@ mod tests {
                 oid,
                 modifier: -1,
                 name: None,
+                definition: Default::default(),
             },
             nullable: !key,
             part_of_key: key,

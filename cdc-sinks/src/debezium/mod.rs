@@ -35,7 +35,12 @@
 //! | real, double precision | number; NaN and infinities as `"NaN"`, `"Infinity"`, `"-Infinity"` |
 //! | numeric(p, s) | base64 of the unscaled value's two's-complement bytes |
 //! | numeric | `{"scale": s, "value": <base64 of the unscaled value>}`; NaN and infinities null |
-//! | text, varchar, char(n) (padded), enum, inet, xml, other types | the text |
+//! | money | as a `numeric(p, 2)` in the decimal mode (from its C-locale text; another `lc_monetary` is refused) |
+//! | bit(1) | boolean |
+//! | bit(n), bit varying | `io.debezium.data.Bits`: base64 of the bits, little-endian, without high zero bytes |
+//! | point | `{"x", "y", "wkb", "srid"}` (`io.debezium.data.geometry.Point`; `wkb` little-endian, `srid` null) |
+//! | text, varchar, char(n) (padded), name, enum, inet, cidr, macaddr, xml, tsvector, ranges | the text (an enum's schema lists its labels; a domain's schema is its base type's) |
+//! | other types (box, circle, line, lseg, path, polygon, multiranges, composites) | the text as Postgres prints it (Debezium leaves such columns out) |
 //! | bytea | base64 |
 //! | date | days since 1970-01-01 |
 //! | time(p) | milliseconds since midnight for p ≤ 3, microseconds otherwise |
@@ -45,17 +50,21 @@
 //! | interval | microseconds, a month counted as 30.4375 days |
 //! | uuid | hyphenated string |
 //! | json, jsonb | the document's text, as a string |
-//! | arrays | JSON arrays of the elements |
+//! | arrays | JSON arrays of the elements, nested one level per dimension |
 //! | unchanged TOASTed value | `"__debezium_unavailable_value"` |
 //!
 //! `source.lsn` is the change's own WAL position (the message that carried it) and
 //! `source.sequence` `[<end LSN of the transaction before>, <lsn>]`, as Debezium gives them.
 //!
-//! Where pgcdc differs from Debezium today (the comparison test names each case):
+//! Where pgcdc differs from Debezium today (the comparison tests name each case):
 //! `source.version` is pgcdc's; snapshot rows carry no `txId` (Debezium: its snapshot
 //! transaction's); Debezium's JSON converter writes a column's DEFAULT in place of a NULL
-//! (`replace.null.with.default`), pgcdc writes the NULL; `money`, `bit`, `hstore`, enums
-//! and geometric types are written as their text (schema: a plain `string`).
+//! (`replace.null.with.default`), pgcdc writes the NULL; where Debezium cannot write a
+//! value, pgcdc writes it: multi-dimensional arrays (Debezium: nulls), `numeric[]` and
+//! `bit[]` (null), `interval[]`, `money[]`, `point[]` and types it does not know (the
+//! column left out), `name` in streamed inserts (null); dates before 1582 and infinite
+//! dates of a snapshot row as Debezium streams them (its snapshot reads them through
+//! JDBC's Julian calendar).
 
 mod envelope;
 mod schema;
@@ -106,8 +115,9 @@ pub enum DecimalMode {
     /// `{"scale", "value"}`; NaN and infinities null. Debezium's default.
     #[default]
     Precise,
-    /// The number's text (`"1234.567"`); NaN as `"NAN"`. What Feldera's
-    /// `debezium_postgres` JSON flavor reads.
+    /// The number's text (`"1234.567"`); NaN and infinities as `"NAN"`,
+    /// `"POSITIVE_INFINITY"`, `"NEGATIVE_INFINITY"`. The decimals Feldera's
+    /// `debezium_postgres` JSON flavor reads (README: "Feldera's Debezium input").
     String,
     /// A JSON number (rounded to a double); NaN and infinities as strings.
     Double,

@@ -2,7 +2,7 @@
 //! `schemas.enable=true`: the key's struct, and the envelope's (`before`/`after` as the
 //! table's `Value` struct, `source`, `transaction`, `op`, the processing times).
 
-use cdc_core::{ColumnSchema, TableSchema};
+use cdc_core::{ColumnSchema, TableSchema, TypeDefinition};
 
 use super::value::numeric_scale;
 use super::{BinaryMode, DecimalMode, Modes, TimePrecision};
@@ -29,6 +29,11 @@ mod oid {
     pub const NUMERIC: u32 = 1700;
     pub const UUID: u32 = 2950;
     pub const JSONB: u32 = 3802;
+    pub const POINT: u32 = 600;
+    pub const MONEY: u32 = 790;
+    pub const BIT: u32 = 1560;
+    pub const VARBIT: u32 = 1562;
+    pub const TSVECTOR: u32 = 3614;
 }
 
 /// Element type OID of the built-in array types the schema describes.
@@ -51,7 +56,18 @@ fn array_element(type_oid: u32) -> Option<u32> {
         2951 => oid::UUID,
         199 => oid::JSON,
         3807 => oid::JSONB,
+        1561 => oid::BIT,
+        1563 => oid::VARBIT,
         _ => return None,
+    })
+}
+
+/// Whether a column of a type `array_element` does not know is an array (its elements
+/// are written as their text), by its type's name: `inet[]` as the catalog formats it,
+/// `pg_catalog._inet` as the stream's type registry names it.
+fn is_other_array(column: &ColumnSchema) -> bool {
+    column.column_type.name.as_deref().is_some_and(|name| {
+        name.ends_with("[]") || name.rsplit('.').next().is_some_and(|n| n.starts_with('_'))
     })
 }
 
@@ -60,8 +76,18 @@ struct Connect {
     kind: &'static str,
     name: Option<&'static str>,
     parameters: Vec<(&'static str, String)>,
-    /// A struct's fields (VariableScaleDecimal).
-    variable_scale: bool,
+    /// A struct's fields and doc, for the two structs Debezium writes.
+    fields: StructFields,
+}
+
+/// The fields of the Connect structs a value can be.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StructFields {
+    None,
+    /// `io.debezium.data.VariableScaleDecimal`: `scale`, `value`.
+    VariableScale,
+    /// `io.debezium.data.geometry.Point`: `x`, `y`, `wkb`, `srid`.
+    Point,
 }
 
 impl Connect {
@@ -70,7 +96,7 @@ impl Connect {
             kind,
             name: None,
             parameters: Vec::new(),
-            variable_scale: false,
+            fields: StructFields::None,
         }
     }
 
@@ -111,7 +137,7 @@ fn connect_type(type_oid: u32, column: &ColumnSchema, modes: Modes) -> Connect {
                 }
             }
             (DecimalMode::Precise, None) => Connect {
-                variable_scale: true,
+                fields: StructFields::VariableScale,
                 ..Connect::named("struct", "io.debezium.data.VariableScaleDecimal")
             },
         },
@@ -139,6 +165,32 @@ fn connect_type(type_oid: u32, column: &ColumnSchema, modes: Modes) -> Connect {
         oid::UUID => Connect::named("string", "io.debezium.data.Uuid"),
         oid::JSON | oid::JSONB => Connect::named("string", "io.debezium.data.Json"),
         oid::XML => Connect::named("string", "io.debezium.data.Xml"),
+        oid::TSVECTOR => Connect::named("string", "io.debezium.data.Tsvector"),
+        oid::BIT if column.column_type.modifier == 1 && column.column_type.oid == oid::BIT => {
+            Connect::plain("boolean")
+        }
+        oid::BIT | oid::VARBIT => {
+            let length = match column.column_type.modifier {
+                m if m > 0 => m,
+                _ => i32::MAX,
+            };
+            Connect {
+                parameters: vec![("length", length.to_string())],
+                ..Connect::named("bytes", "io.debezium.data.Bits")
+            }
+        }
+        oid::MONEY => match modes.decimals {
+            DecimalMode::String => Connect::plain("string"),
+            DecimalMode::Double => Connect::plain("double"),
+            DecimalMode::Precise => Connect {
+                parameters: vec![("scale", "2".to_string())],
+                ..Connect::named("bytes", "org.apache.kafka.connect.data.Decimal")
+            },
+        },
+        oid::POINT => Connect {
+            fields: StructFields::Point,
+            ..Connect::named("struct", "io.debezium.data.geometry.Point")
+        },
         _ => Connect::plain("string"),
     }
 }
@@ -148,11 +200,18 @@ fn connect_type(type_oid: u32, column: &ColumnSchema, modes: Modes) -> Connect {
 fn write_type(out: &mut Vec<u8>, connect: &Connect) {
     out.extend_from_slice(b"\"type\":");
     write_str(out, connect.kind);
-    if connect.variable_scale {
-        out.extend_from_slice(
+    match connect.fields {
+        StructFields::None => {}
+        StructFields::VariableScale => out.extend_from_slice(
             b",\"fields\":[{\"type\":\"int32\",\"optional\":false,\"field\":\"scale\"},\
               {\"type\":\"bytes\",\"optional\":false,\"field\":\"value\"}]",
-        );
+        ),
+        StructFields::Point => out.extend_from_slice(
+            b",\"fields\":[{\"type\":\"double\",\"optional\":false,\"field\":\"x\"},\
+              {\"type\":\"double\",\"optional\":false,\"field\":\"y\"},\
+              {\"type\":\"bytes\",\"optional\":true,\"field\":\"wkb\"},\
+              {\"type\":\"int32\",\"optional\":true,\"field\":\"srid\"}]",
+        ),
     }
 }
 
@@ -161,8 +220,12 @@ fn write_names(out: &mut Vec<u8>, connect: &Connect) {
         out.extend_from_slice(b",\"name\":");
         write_str(out, name);
         out.extend_from_slice(b",\"version\":1");
-        if connect.variable_scale {
-            out.extend_from_slice(b",\"doc\":\"Variable scaled decimal\"");
+        match connect.fields {
+            StructFields::None => {}
+            StructFields::VariableScale => {
+                out.extend_from_slice(b",\"doc\":\"Variable scaled decimal\"");
+            }
+            StructFields::Point => out.extend_from_slice(b",\"doc\":\"Geometry (POINT)\""),
         }
     }
     if !connect.parameters.is_empty() {
@@ -183,7 +246,8 @@ fn write_names(out: &mut Vec<u8>, connect: &Connect) {
 fn write_column(out: &mut Vec<u8>, column: &ColumnSchema, optional: bool, modes: Modes) {
     let type_oid = column.column_type.oid;
     out.push(b'{');
-    let scalar = match array_element(type_oid) {
+    let element = array_element(type_oid).or_else(|| is_other_array(column).then_some(0));
+    let scalar = match element {
         Some(element) => {
             let items = connect_type(element, column, modes);
             out.extend_from_slice(b"\"type\":\"array\",\"items\":{");
@@ -194,7 +258,14 @@ fn write_column(out: &mut Vec<u8>, column: &ColumnSchema, optional: bool, modes:
             None
         }
         None => {
-            let connect = connect_type(type_oid, column, modes);
+            let connect = match &column.column_type.definition {
+                TypeDefinition::Domain { base } => connect_type(*base, column, modes),
+                TypeDefinition::Enum { labels } => Connect {
+                    parameters: vec![("allowed", labels.join(","))],
+                    ..Connect::named("string", "io.debezium.data.Enum")
+                },
+                TypeDefinition::Plain => connect_type(type_oid, column, modes),
+            };
             write_type(out, &connect);
             Some(connect)
         }

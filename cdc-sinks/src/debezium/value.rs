@@ -69,19 +69,12 @@ pub(super) fn write_value(
         Value::Interval(iv) => write_int(out, interval_micros(*iv)),
         Value::Uuid(u) => write_str(out, &u.hyphenated().to_string()),
         Value::Json(t) | Value::Jsonb(t) => write_text(out, t),
-        Value::Array(array) => {
-            out.push(b'[');
-            for (i, element) in array.elements.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_value(out, element, column, modes)?;
-            }
-            out.push(b']');
-        }
+        Value::Array(array) => write_array(out, array, column, modes)?,
         Value::Unchanged => write_str(out, UNAVAILABLE_VALUE),
         Value::Other(other) => match &other.repr {
-            cdc_core::OtherRepr::Text(text) => write_text(out, text),
+            cdc_core::OtherRepr::Text(text) => {
+                write_other(out, other.type_oid, text.as_str(), column, modes)?;
+            }
             cdc_core::OtherRepr::Binary(_) => {
                 return Err(Error::rejected(format!(
                     "column {:?}: a binary value of type {} has no Debezium form here; \
@@ -92,6 +85,196 @@ pub(super) fn write_value(
         },
     }
     Ok(())
+}
+
+/// Postgres's `MAXDIM`: no array has more dimensions.
+const MAX_ARRAY_DIMS: usize = 6;
+
+/// An array as nested JSON arrays, one level per dimension (a one-dimensional array is a
+/// flat list; its lower bound is not written).
+fn write_array(
+    out: &mut Vec<u8>,
+    array: &cdc_core::Array,
+    column: &ColumnSchema,
+    modes: Modes,
+) -> Result<(), Error> {
+    let expected = array
+        .dims
+        .iter()
+        .try_fold(1usize, |n, d| n.checked_mul(d.len as usize));
+    if array.dims.len() > MAX_ARRAY_DIMS
+        || (!array.dims.is_empty() && expected != Some(array.elements.len()))
+    {
+        return Err(Error::rejected(format!(
+            "column {:?}: malformed array (dimensions {:?}, {} elements)",
+            column.name,
+            array.dims,
+            array.elements.len()
+        )));
+    }
+    let mut elements = array.elements.iter();
+    if array.dims.is_empty() {
+        out.extend_from_slice(b"[]");
+        return Ok(());
+    }
+    write_dimension(out, &array.dims, &mut elements, column, modes)
+}
+
+fn write_dimension<'a>(
+    out: &mut Vec<u8>,
+    dims: &[cdc_core::ArrayDim],
+    elements: &mut impl Iterator<Item = &'a Value>,
+    column: &ColumnSchema,
+    modes: Modes,
+) -> Result<(), Error> {
+    let Some((dim, inner)) = dims.split_first() else {
+        return Ok(());
+    };
+    out.push(b'[');
+    for i in 0..dim.len {
+        if i > 0 {
+            out.push(b',');
+        }
+        if inner.is_empty() {
+            let element = elements
+                .next()
+                .ok_or_else(|| Error::rejected(format!("column {:?}: short array", column.name)))?;
+            write_value(out, element, column, modes)?;
+        } else {
+            write_dimension(out, inner, elements, column, modes)?;
+        }
+    }
+    out.push(b']');
+    Ok(())
+}
+
+/// Type OIDs with a Debezium form other than their text.
+mod other_oid {
+    pub const POINT: u32 = 600;
+    pub const MONEY: u32 = 790;
+    pub const BIT: u32 = 1560;
+    pub const VARBIT: u32 = 1562;
+}
+
+/// A value of a type without a dedicated [`Value`] variant, from its text: `bit(1)` as a
+/// boolean, other bit strings as `io.debezium.data.Bits`, `money` as a decimal of scale 2,
+/// `point` as `io.debezium.data.geometry.Point`; the rest as the text.
+fn write_other(
+    out: &mut Vec<u8>,
+    type_oid: u32,
+    text: &str,
+    column: &ColumnSchema,
+    modes: Modes,
+) -> Result<(), Error> {
+    let is_array_column = column.column_type.oid != type_oid;
+    match type_oid {
+        other_oid::BIT if column.column_type.modifier == 1 && !is_array_column => {
+            out.extend_from_slice(if text == "1" { b"true" } else { b"false" });
+        }
+        other_oid::BIT | other_oid::VARBIT => match bit_string_bytes(text) {
+            Some(bytes) => write_base64(out, &bytes),
+            None => return Err(malformed(column, "bit string", text)),
+        },
+        other_oid::MONEY => {
+            let Some(amount) = money_amount(text) else {
+                return Err(Error::rejected(format!(
+                    "column {:?}: money value {text:?} is not in the C locale's form \
+                     (-$1,234.56); set lc_monetary = 'C' for the replication user",
+                    column.name
+                )));
+            };
+            match modes.decimals {
+                DecimalMode::Precise => write_numeric_with_scale(out, &amount, 2)?,
+                DecimalMode::String => write_str(out, &amount),
+                DecimalMode::Double => match amount.parse::<f64>() {
+                    Ok(v) => write_double(out, v),
+                    Err(_) => return Err(malformed(column, "money", text)),
+                },
+            }
+        }
+        other_oid::POINT => {
+            let Some((x, y)) = point_coordinates(text) else {
+                return Err(malformed(column, "point", text));
+            };
+            write_point(out, x, y);
+        }
+        _ => write_str(out, text),
+    }
+    Ok(())
+}
+
+fn malformed(column: &ColumnSchema, what: &str, text: &str) -> Error {
+    Error::rejected(format!(
+        "column {:?}: malformed {what} {text:?}",
+        column.name
+    ))
+}
+
+/// The bytes of Java's `BitSet.toByteArray` for a bit string (its last character bit 0):
+/// little-endian, without trailing zero bytes (none for all zeros).
+fn bit_string_bytes(text: &str) -> Option<Vec<u8>> {
+    let mut bytes = vec![0u8; text.len().div_ceil(8)];
+    for (i, c) in text.bytes().rev().enumerate() {
+        match c {
+            b'1' => {
+                if let Some(byte) = bytes.get_mut(i / 8) {
+                    *byte |= 1 << (i % 8);
+                }
+            }
+            b'0' => {}
+            _ => return None,
+        }
+    }
+    while bytes.last() == Some(&0) {
+        bytes.pop();
+    }
+    Some(bytes)
+}
+
+/// `money`'s C-locale text (`$1,234.56`, `-$5.00`) as a plain decimal (`1234.56`).
+fn money_amount(text: &str) -> Option<String> {
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let digits = rest.strip_prefix('$')?;
+    let (whole, cents) = digits.split_once('.')?;
+    let whole: String = whole.chars().filter(|&c| c != ',').collect();
+    if whole.is_empty()
+        || !whole.bytes().all(|b| b.is_ascii_digit())
+        || cents.len() != 2
+        || !cents.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    Some(format!(
+        "{}{whole}.{cents}",
+        if negative { "-" } else { "" }
+    ))
+}
+
+/// `point`'s text `(x,y)`.
+fn point_coordinates(text: &str) -> Option<(f64, f64)> {
+    let inner = text.strip_prefix('(')?.strip_suffix(')')?;
+    let (x, y) = inner.split_once(',')?;
+    Some((x.trim().parse().ok()?, y.trim().parse().ok()?))
+}
+
+/// `{"x", "y", "wkb", "srid"}`: the coordinates and the point's well-known binary
+/// (little-endian), no SRID — Debezium's `io.debezium.data.geometry.Point`.
+fn write_point(out: &mut Vec<u8>, x: f64, y: f64) {
+    let mut wkb = Vec::with_capacity(21);
+    wkb.push(1);
+    wkb.extend_from_slice(&1u32.to_le_bytes());
+    wkb.extend_from_slice(&x.to_le_bytes());
+    wkb.extend_from_slice(&y.to_le_bytes());
+    out.extend_from_slice(b"{\"x\":");
+    write_double(out, x);
+    out.extend_from_slice(b",\"y\":");
+    write_double(out, y);
+    out.extend_from_slice(b",\"wkb\":");
+    write_base64(out, &wkb);
+    out.extend_from_slice(b",\"srid\":null}");
 }
 
 /// A numeric in `decimals` mode.
@@ -109,9 +292,10 @@ fn write_decimal(
         // warning).
         (DecimalMode::Precise, _) => out.extend_from_slice(b"null"),
         (DecimalMode::String, Numeric::Finite(text)) => write_text(out, text),
+        // The names of Debezium's `SpecialValueDecimal` values.
         (DecimalMode::String, Numeric::NaN) => write_str(out, "NAN"),
-        (DecimalMode::String, Numeric::PosInfinity) => write_str(out, "Infinity"),
-        (DecimalMode::String, Numeric::NegInfinity) => write_str(out, "-Infinity"),
+        (DecimalMode::String, Numeric::PosInfinity) => write_str(out, "POSITIVE_INFINITY"),
+        (DecimalMode::String, Numeric::NegInfinity) => write_str(out, "NEGATIVE_INFINITY"),
         (DecimalMode::Double, Numeric::Finite(text)) => match text.as_str().parse::<f64>() {
             Ok(v) if v.is_finite() => write_f64(out, v),
             Ok(v) => write_non_finite(out, v),
@@ -122,6 +306,15 @@ fn write_decimal(
         (DecimalMode::Double, Numeric::NegInfinity) => write_non_finite(out, f64::NEG_INFINITY),
     }
     Ok(())
+}
+
+/// A double as a JSON number, or as Java writes a special value.
+fn write_double(out: &mut Vec<u8>, v: f64) {
+    if v.is_finite() {
+        write_f64(out, v);
+    } else {
+        write_non_finite(out, v);
+    }
 }
 
 fn write_non_finite(out: &mut Vec<u8>, v: f64) {
@@ -273,6 +466,11 @@ fn write_numeric(out: &mut Vec<u8>, text: &str, declared: Option<u32>) -> Result
     Ok(())
 }
 
+/// A plain decimal's unscaled value at `scale`, as Connect's `Decimal` (base64 bytes).
+fn write_numeric_with_scale(out: &mut Vec<u8>, text: &str, scale: u32) -> Result<(), Error> {
+    write_numeric(out, text, Some(scale))
+}
+
 /// The big-endian two's-complement bytes of the decimal integer `digits` (negated when
 /// `negative`), as Java's `BigInteger.toByteArray` gives them: as few bytes as hold the
 /// sign.
@@ -387,6 +585,84 @@ mod tests {
             b64(&twos_complement(b"314159265358979323846", false)),
             "\"EQfV61tbpNfG\""
         );
+    }
+
+    /// The values Debezium 3.6 wrote for the type corpus (`debezium_types.rs`).
+    #[test]
+    fn bits_money_and_points_are_what_debezium_wrote() {
+        let bits = |text: &str| b64(&bit_string_bytes(text).unwrap());
+        assert_eq!(bits("1011"), "\"Cw==\"");
+        assert_eq!(bits("1010"), "\"Cg==\"");
+        assert_eq!(bits("101"), "\"BQ==\"");
+        assert_eq!(bits("0000"), "\"\"");
+        assert_eq!(bits(""), "\"\"");
+        assert_eq!(bits("100000000"), "\"AAE=\"");
+        assert_eq!(bit_string_bytes("10x"), None);
+
+        let money = |text: &str| {
+            let amount = money_amount(text).unwrap();
+            let mut out = Vec::new();
+            write_numeric_with_scale(&mut out, &amount, 2).unwrap();
+            (amount, String::from_utf8(out).unwrap())
+        };
+        assert_eq!(money("$12.34"), ("12.34".into(), "\"BNI=\"".into()));
+        assert_eq!(money("-$5.00"), ("-5.00".into(), "\"/gw=\"".into()));
+        assert_eq!(money("$1,234.56"), ("1234.56".into(), "\"AeJA\"".into()));
+        assert_eq!(money("-$0.01"), ("-0.01".into(), "\"/w==\"".into()));
+        assert_eq!(money_amount("1,234.56 €"), None);
+        assert_eq!(money_amount("$1.5"), None);
+
+        let point = |text: &str| {
+            let (x, y) = point_coordinates(text).unwrap();
+            let mut out = Vec::new();
+            write_point(&mut out, x, y);
+            serde_json::from_slice::<serde_json::Value>(&out).unwrap()
+        };
+        assert_eq!(
+            point("(1.5,2)"),
+            serde_json::json!({"x": 1.5, "y": 2.0, "wkb": "AQEAAAAAAAAAAAD4PwAAAAAAAABA", "srid": null})
+        );
+        assert_eq!(point("(-0,1e+300)")["wkb"], "AQEAAAAAAAAAAAAAgJx1AIg85Dd+");
+        assert_eq!(point_coordinates("(1,2"), None);
+    }
+
+    #[test]
+    fn arrays_nest_one_level_per_dimension() {
+        let column = ColumnSchema {
+            name: "a".into(),
+            column_type: cdc_core::ColumnType {
+                oid: 1016,
+                modifier: -1,
+                name: None,
+                definition: Default::default(),
+            },
+            nullable: true,
+            part_of_key: false,
+            generated: false,
+        };
+        let array = |dims: &[u32], n: i64| {
+            Value::Array(Box::new(cdc_core::Array {
+                element_type: 20,
+                dims: dims
+                    .iter()
+                    .map(|&len| cdc_core::ArrayDim {
+                        len,
+                        lower_bound: 1,
+                    })
+                    .collect(),
+                elements: (1..=n).map(Value::Int8).collect(),
+            }))
+        };
+        let write = |value: &Value| {
+            let mut out = Vec::new();
+            write_value(&mut out, value, &column, Modes::default())
+                .map(|()| String::from_utf8(out).unwrap())
+        };
+        assert_eq!(write(&array(&[2, 2], 4)).unwrap(), "[[1,2],[3,4]]");
+        assert_eq!(write(&array(&[1, 2, 1], 2)).unwrap(), "[[[1],[2]]]");
+        assert_eq!(write(&array(&[3], 3)).unwrap(), "[1,2,3]");
+        assert_eq!(write(&array(&[], 0)).unwrap(), "[]");
+        assert!(write(&array(&[2, 2], 3)).is_err());
     }
 
     #[test]

@@ -31,6 +31,7 @@ fn schema(
                     oid: *oid,
                     modifier: -1,
                     name: type_name.map(str::to_owned),
+                    definition: Default::default(),
                 },
                 nullable: !key,
                 part_of_key: *key,
