@@ -220,6 +220,14 @@ pub struct StreamArgs {
     /// With --format debezium: Debezium's `binary.handling.mode`.
     #[arg(long, value_enum, default_value_t = BinaryArg::Bytes)]
     pub debezium_binary: BinaryArg,
+    /// With --format debezium: Debezium's `interval.handling.mode`: microseconds
+    /// (`numeric`, a month counted as 30.4375 days) or exact ISO 8601 text (`string`).
+    #[arg(long, value_enum, default_value_t = IntervalArg::Numeric)]
+    pub debezium_interval: IntervalArg,
+    /// With --format debezium: Debezium's `hstore.handling.mode`: a string holding a
+    /// JSON object (`json`) or the object itself (`map`).
+    #[arg(long, value_enum, default_value_t = HstoreArg::Json)]
+    pub debezium_hstore: HstoreArg,
     /// Write one Feldera JSON file per table into this directory instead of stdout,
     /// durably with its resume position (`pgcdc-checkpoint.json`): rerunning the same
     /// command resumes exactly where it stopped, without duplicates.
@@ -438,6 +446,24 @@ pub enum TimeArg {
     AdaptiveTimeMicroseconds,
     /// Kafka Connect's types, in milliseconds.
     Connect,
+}
+
+/// `--debezium-interval`: Debezium's `interval.handling.mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum IntervalArg {
+    /// Microseconds.
+    Numeric,
+    /// ISO 8601 text.
+    String,
+}
+
+/// `--debezium-hstore`: Debezium's `hstore.handling.mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum HstoreArg {
+    /// A string holding a JSON object.
+    Json,
+    /// A JSON object.
+    Map,
 }
 
 /// `--debezium-binary`: Debezium's `binary.handling.mode`.

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use cdc_core::{CommitMode, PipelineConfig};
 use cdc_postgres::conn::{SnapshotMode, connect_sql};
 use cdc_postgres::source::{PgSource, PgSourceOptions, SchemaChangePolicy};
-use cdc_sinks::debezium::{BinaryMode, DecimalMode, TimePrecision};
+use cdc_sinks::debezium::{BinaryMode, DecimalMode, HstoreMode, IntervalMode, TimePrecision};
 use cdc_sinks::jetstream::JetStreamSink;
 use cdc_sinks::{
     DebeziumOptions, EncoderOptions, FelderaFileSink, FelderaStreamSink, FileLayout,
@@ -16,8 +16,8 @@ use cdc_sinks::{
 
 use super::{RunOptions, RunOutcome, ensure_publication, ready_to_stream, run_pipeline};
 use crate::cli::{
-    BinaryArg, CliError, CommitModeArg, DecimalArg, FormatArg, GlobalArgs, LayoutArg,
-    SchemaChangeArg, SnapshotArg, StreamArgs, TimeArg,
+    BinaryArg, CliError, CommitModeArg, DecimalArg, FormatArg, GlobalArgs, HstoreArg, IntervalArg,
+    LayoutArg, SchemaChangeArg, SnapshotArg, StreamArgs, TimeArg,
 };
 use crate::source_guard::{GuardedSource, SlotPermission};
 
@@ -173,6 +173,14 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
                 BinaryArg::Base64 => BinaryMode::Base64,
                 BinaryArg::Base64UrlSafe => BinaryMode::Base64UrlSafe,
                 BinaryArg::Hex => BinaryMode::Hex,
+            };
+            options.interval = match args.debezium_interval {
+                IntervalArg::Numeric => IntervalMode::Numeric,
+                IntervalArg::String => IntervalMode::String,
+            };
+            options.hstore = match args.debezium_hstore {
+                HstoreArg::Json => HstoreMode::Json,
+                HstoreArg::Map => HstoreMode::Map,
             };
             let sink = StdoutSink::new(stdout(), StdoutFormat::Debezium).with_debezium(options);
             run_pipeline(source, sink, pipeline, &run).await?

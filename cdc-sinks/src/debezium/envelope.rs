@@ -13,7 +13,7 @@ use cdc_core::{
 
 use super::schema::{key_schema, value_schema};
 use super::value::write_value;
-use super::{BinaryMode, DecimalMode, Modes, TimePrecision};
+use super::{BinaryMode, DecimalMode, HstoreMode, IntervalMode, Modes, TimePrecision};
 use crate::json::{write_int, write_str};
 
 /// Microseconds from 1970-01-01 to 2000-01-01.
@@ -43,6 +43,10 @@ pub struct DebeziumOptions {
     pub time: TimePrecision,
     /// How `bytea` is written (`binary.handling.mode`).
     pub binary: BinaryMode,
+    /// How `interval` is written (`interval.handling.mode`).
+    pub interval: IntervalMode,
+    /// How `hstore` is written (`hstore.handling.mode`).
+    pub hstore: HstoreMode,
     /// Transaction metadata, as Debezium's `provide.transaction.metadata`: a BEGIN and an
     /// END record (with its event counts) on `<name>.transaction` around each
     /// transaction, and each change's place in it (`transaction`).
@@ -55,6 +59,8 @@ impl DebeziumOptions {
             decimals: self.decimals,
             time: self.time,
             binary: self.binary,
+            interval: self.interval,
+            hstore: self.hstore,
         }
     }
 }
@@ -71,6 +77,8 @@ impl DebeziumOptions {
             decimals: DecimalMode::Precise,
             time: TimePrecision::Adaptive,
             binary: BinaryMode::Bytes,
+            interval: IntervalMode::Numeric,
+            hstore: HstoreMode::Json,
             transaction_metadata: false,
         }
     }

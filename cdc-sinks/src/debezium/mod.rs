@@ -48,6 +48,7 @@
 //! | timestamp(p) | milliseconds since the epoch for p ≤ 3, microseconds otherwise |
 //! | timestamptz | `"YYYY-MM-DDTHH:MM:SS.ffffffZ"` |
 //! | interval | microseconds, a month counted as 30.4375 days |
+//! | hstore | a string holding the JSON object of its pairs |
 //! | uuid | hyphenated string |
 //! | json, jsonb | the document's text, as a string |
 //! | arrays | JSON arrays of the elements, nested one level per dimension |
@@ -67,6 +68,7 @@
 //! JDBC's Julian calendar).
 
 mod envelope;
+mod hstore;
 mod schema;
 mod value;
 
@@ -100,12 +102,35 @@ pub enum BinaryMode {
     Hex,
 }
 
+/// How `interval` is written: Debezium's `interval.handling.mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum IntervalMode {
+    /// Microseconds, a month counted as 30.4375 days (`io.debezium.time.MicroDuration`).
+    /// Debezium's default.
+    #[default]
+    Numeric,
+    /// ISO 8601, `P<y>Y<m>M<d>DT<h>H<m>M<s>S` (`io.debezium.time.Interval`): exact.
+    String,
+}
+
+/// How `hstore` is written: Debezium's `hstore.handling.mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum HstoreMode {
+    /// A string holding a JSON object (`io.debezium.data.Json`). Debezium's default.
+    #[default]
+    Json,
+    /// A JSON object, a Kafka Connect `map` of strings.
+    Map,
+}
+
 /// The value modes one encoder writes with.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(crate) struct Modes {
     pub decimals: DecimalMode,
     pub time: TimePrecision,
     pub binary: BinaryMode,
+    pub interval: IntervalMode,
+    pub hstore: HstoreMode,
 }
 
 /// How numerics are written: Debezium's `decimal.handling.mode`.

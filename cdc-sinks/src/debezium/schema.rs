@@ -5,7 +5,7 @@
 use cdc_core::{ColumnSchema, TableSchema, TypeDefinition};
 
 use super::value::numeric_scale;
-use super::{BinaryMode, DecimalMode, Modes, TimePrecision};
+use super::{BinaryMode, DecimalMode, HstoreMode, IntervalMode, Modes, TimePrecision, hstore};
 use crate::json::{write_int, write_str};
 
 /// Type OIDs the schema names.
@@ -88,6 +88,8 @@ enum StructFields {
     VariableScale,
     /// `io.debezium.data.geometry.Point`: `x`, `y`, `wkb`, `srid`.
     Point,
+    /// A map of strings (hstore): `keys`, `values`.
+    StringMap,
 }
 
 impl Connect {
@@ -161,6 +163,9 @@ fn connect_type(type_oid: u32, column: &ColumnSchema, modes: Modes) -> Connect {
         }
         oid::TIMESTAMP => Connect::named("int64", "io.debezium.time.MicroTimestamp"),
         oid::TIMESTAMPTZ => Connect::named("string", "io.debezium.time.ZonedTimestamp"),
+        oid::INTERVAL if modes.interval == IntervalMode::String => {
+            Connect::named("string", "io.debezium.time.Interval")
+        }
         oid::INTERVAL => Connect::named("int64", "io.debezium.time.MicroDuration"),
         oid::UUID => Connect::named("string", "io.debezium.data.Uuid"),
         oid::JSON | oid::JSONB => Connect::named("string", "io.debezium.data.Json"),
@@ -191,6 +196,13 @@ fn connect_type(type_oid: u32, column: &ColumnSchema, modes: Modes) -> Connect {
             fields: StructFields::Point,
             ..Connect::named("struct", "io.debezium.data.geometry.Point")
         },
+        _ if hstore::is_hstore(column.column_type.name.as_deref()) => match modes.hstore {
+            HstoreMode::Json => Connect::named("string", "io.debezium.data.Json"),
+            HstoreMode::Map => Connect {
+                fields: StructFields::StringMap,
+                ..Connect::plain("map")
+            },
+        },
         _ => Connect::plain("string"),
     }
 }
@@ -205,6 +217,10 @@ fn write_type(out: &mut Vec<u8>, connect: &Connect) {
         StructFields::VariableScale => out.extend_from_slice(
             b",\"fields\":[{\"type\":\"int32\",\"optional\":false,\"field\":\"scale\"},\
               {\"type\":\"bytes\",\"optional\":false,\"field\":\"value\"}]",
+        ),
+        StructFields::StringMap => out.extend_from_slice(
+            b",\"keys\":{\"type\":\"string\",\"optional\":false},\
+              \"values\":{\"type\":\"string\",\"optional\":true}",
         ),
         StructFields::Point => out.extend_from_slice(
             b",\"fields\":[{\"type\":\"double\",\"optional\":false,\"field\":\"x\"},\
@@ -221,7 +237,7 @@ fn write_names(out: &mut Vec<u8>, connect: &Connect) {
         write_str(out, name);
         out.extend_from_slice(b",\"version\":1");
         match connect.fields {
-            StructFields::None => {}
+            StructFields::None | StructFields::StringMap => {}
             StructFields::VariableScale => {
                 out.extend_from_slice(b",\"doc\":\"Variable scaled decimal\"");
             }

@@ -6,7 +6,7 @@
 use cdc_core::value::{Date, Interval, Time, TimeTz, Timestamp, TimestampTz, USECS_PER_DAY};
 use cdc_core::{ColumnSchema, Error, Numeric, Value};
 
-use super::{BinaryMode, DecimalMode, Modes, TimePrecision};
+use super::{BinaryMode, DecimalMode, IntervalMode, Modes, TimePrecision, hstore};
 use crate::json::{write_f32, write_f64, write_int, write_str, write_text};
 
 /// What Debezium writes for an unchanged TOASTed value it was not sent
@@ -66,12 +66,21 @@ pub(super) fn write_value(
             );
         }
         Value::TimestampTz(ts) => write_zoned_timestamp(out, *ts),
-        Value::Interval(iv) => write_int(out, interval_micros(*iv)),
+        Value::Interval(iv) => match modes.interval {
+            IntervalMode::Numeric => write_int(out, interval_micros(*iv)),
+            IntervalMode::String => write_str(out, &interval_iso(*iv)),
+        },
         Value::Uuid(u) => write_str(out, &u.hyphenated().to_string()),
         Value::Json(t) | Value::Jsonb(t) => write_text(out, t),
         Value::Array(array) => write_array(out, array, column, modes)?,
         Value::Unchanged => write_str(out, UNAVAILABLE_VALUE),
         Value::Other(other) => match &other.repr {
+            cdc_core::OtherRepr::Text(text) if hstore::is_hstore(other.type_name.as_deref()) => {
+                match hstore::parse(text.as_str()) {
+                    Some(pairs) => hstore::write(out, &pairs, modes.hstore),
+                    None => return Err(malformed(column, "hstore", text.as_str())),
+                }
+            }
             cdc_core::OtherRepr::Text(text) => {
                 write_other(out, other.type_oid, text.as_str(), column, modes)?;
             }
@@ -375,6 +384,32 @@ fn interval_micros(iv: Interval) -> i64 {
         .saturating_mul(MICROS_PER_MONTH)
         .saturating_add(i64::from(iv.days).saturating_mul(USECS_PER_DAY))
         .saturating_add(iv.micros)
+}
+
+/// ISO 8601, `P<y>Y<m>M<d>DT<h>H<m>M<s>S`, each part with the sign PostgreSQL gives it
+/// and the seconds without trailing zeros (`io.debezium.time.Interval`).
+fn interval_iso(iv: Interval) -> String {
+    let seconds = iv.micros % 60_000_000;
+    let mut text = format!(
+        "P{}Y{}M{}DT{}H{}M",
+        iv.months / 12,
+        iv.months % 12,
+        iv.days,
+        iv.micros / 3_600_000_000,
+        iv.micros / 60_000_000 % 60,
+    );
+    if seconds < 0 {
+        text.push('-');
+    }
+    let (whole, fraction) = (seconds.abs() / 1_000_000, seconds.abs() % 1_000_000);
+    text.push_str(&whole.to_string());
+    if fraction != 0 {
+        let digits = format!("{fraction:06}");
+        text.push('.');
+        text.push_str(digits.trim_end_matches('0'));
+    }
+    text.push('S');
+    text
 }
 
 /// `"HH:MM:SS[.fraction]Z"` in UTC, the fraction without trailing zeros
