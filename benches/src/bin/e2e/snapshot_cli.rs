@@ -59,6 +59,7 @@ impl Consumer {
         match self.mode {
             "psql" => format!("psql COPY text{writes}"),
             "debezium" => format!("Debezium 3.6 initial_only{writes}"),
+            "debezium-incremental" => format!("Debezium 3.6 incremental{writes}"),
             mode => format!(
                 "pgcdc {mode} {} ×{}{writes}{base}",
                 self.output, self.readers
@@ -116,14 +117,30 @@ pub async fn run(args: &Args) -> Result<(), String> {
     let base_binary = std::env::var("PGCDC_BENCH_BASE_BIN")
         .ok()
         .map(std::path::PathBuf::from);
-    if modes.iter().any(|m| m == "debezium") {
-        consumers.push(Consumer {
-            mode: "debezium",
-            output: "stdout",
-            readers: 1,
-            write_tps: 0,
-            base: false,
-        });
+    for mode in ["debezium", "debezium-incremental"] {
+        if modes.iter().any(|m| m == mode) {
+            consumers.push(Consumer {
+                mode,
+                output: "stdout",
+                readers: 1,
+                write_tps: 0,
+                base: false,
+            });
+        }
+    }
+    if modes.iter().any(|m| m == "debezium-incremental") {
+        // Debezium's incremental snapshot is driven by a signal table, which its
+        // publication must hold (and where it writes its chunks' watermarks).
+        runner::timed_sql(
+            &cluster,
+            "signal table",
+            &format!(
+                "CREATE TABLE public.debezium_signal (id varchar(42) PRIMARY KEY, \
+                 type varchar(32) NOT NULL, data varchar(2048)); \
+                 CREATE PUBLICATION pub_dbz FOR TABLE {TABLE}, public.debezium_signal"
+            ),
+        )
+        .await?;
     }
     for mode in ["consistent", "online"] {
         if !modes.iter().any(|m| m == mode) {
@@ -204,6 +221,36 @@ pub async fn run(args: &Args) -> Result<(), String> {
                     .arg(scratch.path().join(format!("{slot}.jsonl")));
                     cmd
                 }
+                "debezium-incremental" => {
+                    // Debezium streaming from its own new slot, then an incremental
+                    // snapshot of the table asked for through the signal table (its
+                    // default chunk size), the records counted as above.
+                    let mut cmd = super::drain::debezium_command()?;
+                    cmd.args([
+                        "--host",
+                        cluster.host(),
+                        "--port",
+                        &cluster.port().to_string(),
+                    ])
+                    .args(["--user", "postgres", "--dbname", "postgres"])
+                    .args([
+                        "--publication",
+                        "pub_dbz",
+                        "--slot",
+                        &slot,
+                        "--tables",
+                        TABLE,
+                    ])
+                    .args(["--snapshot-mode", "no_data", "--count-only"])
+                    .args(["--max-events", &rows.to_string(), "--max-runtime", "1800"])
+                    .args(["--fresh", "--drop-slot-on-stop"])
+                    .args(["-p", "signal.data.collection=public.debezium_signal"])
+                    .arg("--ready-file")
+                    .arg(scratch.path().join(format!("{slot}.ready")))
+                    .arg("--out")
+                    .arg(scratch.path().join(format!("{slot}.jsonl")));
+                    cmd
+                }
                 mode => {
                     let program = match (&base_binary, consumer.base) {
                         (Some(base), true) => base.clone(),
@@ -237,6 +284,13 @@ pub async fn run(args: &Args) -> Result<(), String> {
                 let cluster_uri = cluster.uri("postgres", "postgres", None);
                 tokio::spawn(write_load(cluster_uri, rows, write_tps, writing.clone()))
             });
+            let signal = (consumer.mode == "debezium-incremental").then(|| {
+                tokio::spawn(signal_incremental_snapshot(
+                    cluster.uri("postgres", "postgres", None),
+                    scratch.path().join(format!("{slot}.ready")),
+                    round,
+                ))
+            });
             let lag = (consumer.mode == "online").then(|| {
                 let uri = cluster.uri("postgres", "postgres", None);
                 tokio::spawn(sample_lag(uri, slot.clone(), writing.clone()))
@@ -246,6 +300,9 @@ pub async fn run(args: &Args) -> Result<(), String> {
             let run =
                 runner::measure(&cluster, &consumer.label(), cmd, Server::Copy, discard).await;
             writing.store(false, Ordering::Release);
+            if let Some(signal) = signal {
+                signal.await.map_err(|e| e.to_string())??;
+            }
             if let Some(writer) = writer {
                 writer.await.map_err(|e| e.to_string())??;
             }
@@ -279,6 +336,36 @@ pub async fn run(args: &Args) -> Result<(), String> {
     }
     print_tables(&consumers, &runs, rows, bytes, scale);
     Ok(())
+}
+
+/// Once Debezium's connector has started (its slot exists: `ready` is written), asks it
+/// for an incremental snapshot of the table by a row in its signal table, which it reads
+/// from the stream.
+async fn signal_incremental_snapshot(
+    uri: String,
+    ready: std::path::PathBuf,
+    round: usize,
+) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    while !ready.exists() {
+        if started.elapsed() > Duration::from_secs(120) {
+            return Err("Debezium's connector did not start within 120 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (client, connection) = tokio_postgres::connect(&uri, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| format!("signal connection: {e}"))?;
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!(
+            "INSERT INTO public.debezium_signal VALUES ('snapshot-{round}-{}', \
+             'execute-snapshot', '{{\"data-collections\": [\"{TABLE}\"], \
+             \"type\": \"incremental\"}}')",
+            std::process::id()
+        ))
+        .await
+        .map_err(|e| format!("signal insert: {e}"))
 }
 
 /// A throwaway cluster (`--shared-buffers`, default 256MB as the other scenarios) holding
