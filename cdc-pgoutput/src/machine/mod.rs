@@ -8,11 +8,14 @@
 //!   the handed-out batches cover for resume tokens.
 //! - [`progress`]: an idle stream's progress and the run's end position.
 //! - [`schedule`]: the streaming loop's choice of its next step, and how long it waits.
+//! - [`start`]: where a run starts (resume, a new slot, which copy) from the token, the
+//!   slot and the configured snapshot.
 
 pub mod batches;
 pub mod progress;
 pub mod schedule;
 pub mod source;
+pub mod start;
 
 #[cfg(test)]
 mod simulation;

@@ -22,6 +22,10 @@ use crate::source::pending::EventQueue;
 use crate::wal_page::WalPages;
 use cdc_pgoutput::changes::{ChangeAssembler, TableRouting};
 use cdc_pgoutput::machine::source::Phase;
+use cdc_pgoutput::machine::start::{
+    AfterNewSlot, SlotFacts, SnapshotChoice, StartFacts, StartPlan, TokenFacts, plan,
+    slot_must_exist,
+};
 use cdc_pgoutput::protocol::pgoutput::ProtocolVersion;
 use cdc_pgoutput::types::TypeRegistry;
 
@@ -63,21 +67,31 @@ fn routing(tables: &[CatalogTable]) -> TableRouting {
 async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Lsn> {
     let config = source.options.config.clone();
     config.validate()?;
-    if config.snapshot == SnapshotMode::Online && source.options.snapshot_only {
-        return Err(Error::config(
-            "a snapshot-only run copies under one exported snapshot: use the consistent (initial) snapshot mode with it",
-        ));
+    let mut facts = StartFacts {
+        snapshot: match config.snapshot {
+            SnapshotMode::Never => SnapshotChoice::Never,
+            SnapshotMode::Initial => SnapshotChoice::Consistent,
+            SnapshotMode::Online => SnapshotChoice::Online,
+        },
+        snapshot_only: source.options.snapshot_only,
+        token: resume.map(|t| TokenFacts {
+            mid_snapshot: t.snapshot.is_some(),
+            covered: t.commit_end.unwrap_or(Lsn::ZERO),
+        }),
+        slot: None,
+    };
+    // Refused before anything is opened (the plan does not depend on the slot for it).
+    if let Err(e) = plan(&facts, &source.slot)
+        && e.kind() == cdc_core::ErrorKind::Config
+    {
+        return Err(e);
     }
-    let mid_snapshot = resume.is_some_and(|t| t.snapshot.is_some());
-    // An initial-only run whose sink already holds the completed snapshot: its temporary
-    // slot went with that session, and there is nothing left to copy.
-    let snapshot_only_done = source.options.snapshot_only && resume.is_some() && !mid_snapshot;
     let sql = connect_sql(&config.connection).await?;
     let report = preflight(
         &sql,
         &config,
         &PreflightOptions {
-            slot_must_exist: resume.is_some() && !mid_snapshot && !snapshot_only_done,
+            slot_must_exist: slot_must_exist(&facts),
             own_pid: None,
         },
     )
@@ -121,8 +135,11 @@ async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Ls
         check_resume_on(&mut repl, &token.source, covered, &identity).await?;
     }
     source.identity = Some(identity);
-    if let Some(token) = resume.filter(|_| snapshot_only_done) {
-        // Copying again would deliver every row a second time to a sink that has them.
+    facts.slot = report.slot.as_ref().map(|slot| SlotFacts {
+        confirmed: slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO),
+    });
+    let plan = plan(&facts, &source.slot)?;
+    if let (StartPlan::AlreadyCopied, Some(token)) = (plan, resume) {
         // A warning, as a user who expected a new snapshot must learn why none was taken.
         tracing::warn!(
             "the output already holds the complete initial-only snapshot of an earlier run: \
@@ -172,28 +189,23 @@ async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Ls
     *registry = types;
     source.machine.set_assembler(assembler);
 
-    let slot_info = report.slot.clone();
-    let wants_snapshot = source.options.snapshot_only || config.snapshot == SnapshotMode::Initial;
-    match (resume, slot_info) {
-        (Some(token), Some(slot)) if token.snapshot.is_none() => {
-            // Resume. A slot confirmed beyond what the token covers has moved past changes
-            // the sink does not have (completion mode's window, or another consumer).
-            let covered = token.commit_end.unwrap_or(Lsn::ZERO);
-            let confirmed = slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
-            if confirmed > covered {
-                return Err(Error::resync_required(format!(
-                    "replication slot {:?} is confirmed up to {confirmed}, but the sink's resume token only covers changes up to {covered}: \
-                     the changes in between were acknowledged without reaching the sink's durable state (commit mode `completion` after a crash, \
-                     or another consumer of the slot). Start over with a new snapshot",
-                    source.slot
-                )));
-            }
+    match plan {
+        StartPlan::AlreadyCopied => Err(Error::config(
+            "internal: a completed snapshot-only run without its token",
+        )),
+        StartPlan::Resume {
+            confirmed,
+            start,
+            copy_added,
+        } => {
+            let Some(token) = resume else {
+                return Err(Error::config("internal: a resume without a token"));
+            };
             source
                 .machine
                 .batches_mut()
                 .resume_after(token.position, token.commit_end);
             source.machine.set_confirmed(confirmed);
-            let start = confirmed.max(covered);
             start_streaming(source, repl, start).await?;
             let resnapshot = source.options.resnapshot.clone();
             for table in &resnapshot {
@@ -208,10 +220,10 @@ async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Ls
                 .iter()
                 .map(|t| t.schema.name.clone())
                 .collect();
-            let added_tables = if config.snapshot == SnapshotMode::Never {
-                AddedTables::StreamOnly
-            } else {
+            let added_tables = if copy_added {
                 AddedTables::Copy
+            } else {
+                AddedTables::StreamOnly
             };
             let set = table_set::resume(token.backfill.clone(), &configured, added_tables);
             report_table_set(&set, added_tables);
@@ -228,26 +240,20 @@ async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Ls
             }
             Ok(confirmed)
         }
-        (Some(_), None) => Err(Error::resync_required(format!(
-            "replication slot {:?} does not exist, but the sink's resume token expects it: \
-             the changes since the token cannot be recovered; start over with a new snapshot",
-            source.slot
-        ))),
-        (resume, slot) => {
-            // Fresh start, or an interrupted snapshot to redo. The sink has nothing durable
-            // from this slot beyond an incomplete snapshot, so an existing slot is replaced.
-            let copies = wants_snapshot || config.snapshot == SnapshotMode::Online;
-            if slot.is_some() && (copies || resume.is_some()) {
+        StartPlan::StreamFromSlot { confirmed } => {
+            // The tokens record the table set, none of it to copy.
+            source.backfill_progress = Some(BackfillPhase::all_done(&source.tables));
+            source.machine.set_confirmed(confirmed);
+            start_streaming(source, repl, confirmed).await?;
+            Ok(confirmed)
+        }
+        StartPlan::NewSlot {
+            drop_existing,
+            then,
+        } => {
+            if drop_existing {
                 tracing::warn!(slot = %source.slot, "dropping the existing slot to take a new snapshot");
                 repl.drop_slot(&source.slot, true).await?;
-            } else if let Some(slot) = slot {
-                // snapshot = never and no token: stream from where the slot is. The
-                // tokens record the table set, none of it to copy.
-                source.backfill_progress = Some(BackfillPhase::all_done(&source.tables));
-                let confirmed = slot.confirmed_flush_lsn.unwrap_or(Lsn::ZERO);
-                source.machine.set_confirmed(confirmed);
-                start_streaming(source, repl, confirmed).await?;
-                return Ok(confirmed);
             }
             if let Some(token) = resume {
                 // Positions of the new snapshot must order after everything the token saw.
@@ -256,69 +262,68 @@ async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Ls
                     .batches_mut()
                     .resume_after_position(token.position);
             }
-            let online = config.snapshot == SnapshotMode::Online;
-            if online {
-                // Validate every table before creating anything (each needs a key whose
-                // order pgcdc can reproduce).
-                BackfillPhase::new(
-                    source.tables.clone(),
-                    BackfillPhase::fresh_progress(&source.tables),
-                    Lsn::ZERO,
-                    None,
-                    backfill_options(source),
-                )?;
-            }
-            if !wants_snapshot || online {
-                let created = create_slot(
-                    source,
-                    &mut repl,
-                    CreateSlotOptions {
-                        temporary: false,
-                        snapshot: SnapshotAction::NoExport,
-                        two_phase: source.pgoutput.as_ref().is_some_and(|p| p.two_phase),
-                        failover: source.options.config.failover,
-                    },
-                )
-                .await?;
-                source.machine.set_confirmed(created.consistent_point);
-                start_streaming(source, repl, created.consistent_point).await?;
-                if !online {
-                    // snapshot = never: the tokens record the table set, none of it to copy.
-                    source.backfill_progress = Some(BackfillPhase::all_done(&source.tables));
-                } else {
-                    if resume.is_some() {
-                        // The sink holds part of an interrupted snapshot (the consistent
-                        // mode's, when the mode changed between runs): it drops it first,
-                        // as before a consistent snapshot taken again.
-                        let ordinal = match source.machine.batches().queued_upto() {
-                            Some(p) if p.commit_lsn.0 + 1 >= created.consistent_point.0 => {
-                                p.ordinal + 1
-                            }
-                            _ => 0,
-                        };
-                        let position = Position::new(
-                            Lsn(created.consistent_point.0.saturating_sub(1)),
-                            ordinal,
-                        );
-                        source.machine.batches_mut().push_event(ChangeEvent {
-                            lsn: cdc_core::Lsn::ZERO,
-                            position,
-                            kind: EventKind::Snapshot(SnapshotMarker::Restarted),
-                        });
-                    }
-                    let progress = BackfillPhase::fresh_progress(&source.tables);
-                    begin_backfill(source, progress, created.consistent_point)?;
-                    // The first token covers the slot's start, as the slot is confirmed
-                    // there already (a restart before any streamed transaction must not
-                    // find the slot ahead of the token).
-                    source
-                        .machine
-                        .batches_mut()
-                        .push_end(created.consistent_point);
+            let drop_partial = match then {
+                AfterNewSlot::Consistent { restarted } => {
+                    return begin_snapshot(source, repl, restarted).await;
                 }
+                AfterNewSlot::Stream => None,
+                AfterNewSlot::Online { drop_partial } => {
+                    // Validate every table before creating anything (each needs a key
+                    // whose order pgcdc can reproduce).
+                    BackfillPhase::new(
+                        source.tables.clone(),
+                        BackfillPhase::fresh_progress(&source.tables),
+                        Lsn::ZERO,
+                        None,
+                        backfill_options(source),
+                    )?;
+                    Some(drop_partial)
+                }
+            };
+            let created = create_slot(
+                source,
+                &mut repl,
+                CreateSlotOptions {
+                    temporary: false,
+                    snapshot: SnapshotAction::NoExport,
+                    two_phase: source.pgoutput.as_ref().is_some_and(|p| p.two_phase),
+                    failover: source.options.config.failover,
+                },
+            )
+            .await?;
+            source.machine.set_confirmed(created.consistent_point);
+            start_streaming(source, repl, created.consistent_point).await?;
+            let Some(drop_partial) = drop_partial else {
+                // snapshot = never: the tokens record the table set, none of it to copy.
+                source.backfill_progress = Some(BackfillPhase::all_done(&source.tables));
                 return Ok(created.consistent_point);
+            };
+            if drop_partial {
+                // The sink holds part of an interrupted snapshot (the consistent mode's,
+                // when the mode changed between runs): it drops it first, as before a
+                // consistent snapshot taken again.
+                let ordinal = match source.machine.batches().queued_upto() {
+                    Some(p) if p.commit_lsn.0 + 1 >= created.consistent_point.0 => p.ordinal + 1,
+                    _ => 0,
+                };
+                let position =
+                    Position::new(Lsn(created.consistent_point.0.saturating_sub(1)), ordinal);
+                source.machine.batches_mut().push_event(ChangeEvent {
+                    lsn: cdc_core::Lsn::ZERO,
+                    position,
+                    kind: EventKind::Snapshot(SnapshotMarker::Restarted),
+                });
             }
-            begin_snapshot(source, repl, resume.is_some()).await
+            let progress = BackfillPhase::fresh_progress(&source.tables);
+            begin_backfill(source, progress, created.consistent_point)?;
+            // The first token covers the slot's start, as the slot is confirmed there
+            // already (a restart before any streamed transaction must not find the slot
+            // ahead of the token).
+            source
+                .machine
+                .batches_mut()
+                .push_end(created.consistent_point);
+            Ok(created.consistent_point)
         }
     }
 }
