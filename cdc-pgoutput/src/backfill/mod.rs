@@ -13,7 +13,10 @@
 //!   collations where that can be reproduced without a collation library).
 //! - [`merge`]: the rules that decide, for every streamed change, whether a chunk already
 //!   reflects it — and why no change is lost or applied twice.
+//! - [`token_progress`]: what a resume token says of the online snapshot, for exactly the
+//!   events it covers.
 
 pub mod key_order;
 pub mod merge;
+pub mod token_progress;
 pub mod xid_snapshot;

@@ -57,20 +57,7 @@ pub(super) fn key_order(table: &CatalogTable) -> Result<KeyOrder> {
 }
 
 /// A key in Postgres's text form, for queries and tokens.
-pub(super) fn key_text(key: &Key) -> Result<Vec<String>> {
-    key.iter()
-        .map(|v| {
-            v.to_pg_text().ok_or_else(|| {
-                Error::protocol(format!(
-                    "a primary key value ({}) has no text form",
-                    v.kind_name()
-                ))
-            })
-        })
-        .collect()
-}
-
-/// A key from its text form (as [`key_text`] wrote it into a token).
+/// A key from its text form (as `token_progress::key_text` wrote it into a token).
 pub(super) fn parse_key(table: &CatalogTable, text: &[String]) -> Result<Key> {
     let columns = key_columns(table)?;
     if columns.len() != text.len() {

@@ -23,12 +23,12 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::backfill_keys::{key_columns, key_order, parse_key};
-use super::backfill_progress::{CoveredProgress, Step};
 use super::stats::{SourceStats, TableReadWhole};
 use crate::catalog::CatalogTable;
 use crate::conn::ConnectionConfig;
 use crate::conn::sql_session::SqlSession;
 use crate::wal_page::WalPages;
+use cdc_pgoutput::backfill::token_progress::{CoveredProgress, Step};
 
 mod parts;
 mod place;

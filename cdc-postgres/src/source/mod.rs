@@ -9,7 +9,6 @@
 
 mod backfill_keys;
 mod backfill_phase;
-mod backfill_progress;
 mod batching;
 mod options;
 mod pending;

@@ -8,12 +8,13 @@ use cdc_core::{BackfillWindow, ChangeEvent, EventKind, Position, Result, Snapsho
 use cdc_pgoutput::backfill::merge::{ChunkEnd, Frontier, key_of};
 use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
 
-use super::super::backfill_keys::{key_text, parse_key};
-use super::super::backfill_progress::{ChunkRecord, ChunkRows, Step};
+use super::super::backfill_keys::parse_key;
 use super::BackfillPhase;
 use super::parts::Request;
 use crate::snapshot::ChunkRead;
 use crate::source::pending::EventQueue;
+use cdc_pgoutput::backfill::token_progress::key_text;
+use cdc_pgoutput::backfill::token_progress::{ChunkRecord, ChunkRows, Step};
 
 impl BackfillPhase {
     /// What goes before a table's next chunk at the anchor: a TRUNCATE of it when its

@@ -12,7 +12,6 @@ use cdc_pgoutput::backfill::merge::{ChunkEnd, Frontier};
 use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
 use tokio::sync::Notify;
 
-use super::super::backfill_keys::key_text;
 use super::parts::{Request, RoundResult, Splits, TablePlan};
 use super::{BackfillPhase, RETRY_DELAY, stride};
 use crate::catalog::CatalogTable;
@@ -20,6 +19,7 @@ use crate::conn::sql_session::SqlSession;
 use crate::snapshot::{ChunkRead, chunk_boundaries, read_chunk};
 use crate::source::pending::EventQueue;
 use crate::wal_page::WalPages;
+use cdc_pgoutput::backfill::token_progress::key_text;
 
 impl BackfillPhase {
     /// The most events one read round places: every reader's chunk and its markers.

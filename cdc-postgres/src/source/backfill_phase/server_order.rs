@@ -15,12 +15,12 @@ use std::time::Instant;
 use cdc_core::{Error, Lsn, Result};
 use cdc_pgoutput::backfill::merge::Comparison;
 
-use super::super::backfill_keys::key_text;
 use super::parts::Held;
 use super::{BackfillPhase, RETRY_DELAY};
 use crate::conn::sql_session::SqlSession;
 use crate::snapshot::compare_keys;
 use crate::source::pending::EventQueue;
+use cdc_pgoutput::backfill::token_progress::key_text;
 
 impl BackfillPhase {
     /// How many items are held.

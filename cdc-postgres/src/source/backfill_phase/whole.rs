@@ -21,12 +21,12 @@ use std::time::Instant;
 use cdc_core::{BackfillWindow, Error, Result};
 use cdc_pgoutput::backfill::merge::ChunkEnd;
 
-use super::super::backfill_progress::{ChunkRecord, Step};
 use super::parts::WholeCopy;
 use super::{BackfillPhase, RETRY_DELAY};
 use crate::conn::sql_session::SqlSession;
 use crate::snapshot::WholeTableRead;
 use crate::source::pending::EventQueue;
+use cdc_pgoutput::backfill::token_progress::{ChunkRecord, Step};
 
 impl BackfillPhase {
     /// Whether a table without a primary key waits to be read and it is time to start.

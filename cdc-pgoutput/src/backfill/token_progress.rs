@@ -7,23 +7,37 @@ use std::collections::VecDeque;
 use cdc_core::{
     BackfillProgress, BackfillWindow, ChangeEvent, EventKind, Lsn, Position, TableBackfill,
 };
-use cdc_pgoutput::backfill::merge::Key;
+use cdc_core::{Error, Result};
 
-use super::backfill_keys::key_text;
+use super::merge::Key;
+
+/// A key's values as text, the form a resume token keeps them in.
+pub fn key_text(key: &Key) -> Result<Vec<String>> {
+    key.iter()
+        .map(|v| {
+            v.to_pg_text().ok_or_else(|| {
+                Error::protocol(format!(
+                    "a primary key value ({}) has no text form",
+                    v.kind_name()
+                ))
+            })
+        })
+        .collect()
+}
 
 /// One placed chunk as the token needs it: which rows it put where.
 #[derive(Debug)]
-pub(super) struct ChunkRecord {
-    pub(super) table: usize,
+pub struct ChunkRecord {
+    pub table: usize,
     /// Position of its `ChunkCompleted` marker (and `TableCompleted`, if any).
-    pub(super) end: Position,
+    pub end: Position,
     /// Where its rows are and what their keys are.
-    pub(super) rows: ChunkRows,
+    pub rows: ChunkRows,
     /// The chunk's merge window; `None` for a piece of a table read whole that is not
     /// its last (the table's one window comes with its last piece: until then a restart
     /// copies the table again).
-    pub(super) window: Option<BackfillWindow>,
-    pub(super) complete: bool,
+    pub window: Option<BackfillWindow>,
+    pub complete: bool,
 }
 
 /// A chunk's rows as the token needs them: they sit at consecutive positions from `first`
@@ -31,12 +45,12 @@ pub(super) struct ChunkRecord {
 /// every chunk ends its batch, see `batching`; kept exact should that change) takes the key
 /// of the batch's last row from that row itself, so no row's key is kept.
 #[derive(Debug)]
-pub(super) struct ChunkRows {
+pub struct ChunkRows {
     /// Position of the first row (`None`: an empty chunk).
-    pub(super) first: Option<Position>,
-    pub(super) count: usize,
+    pub first: Option<Position>,
+    pub count: usize,
     /// Where the key columns are in a row (empty: a table read whole, without a key).
-    pub(super) key_columns: Vec<usize>,
+    pub key_columns: Vec<usize>,
 }
 
 impl ChunkRows {
@@ -81,7 +95,7 @@ impl ChunkRows {
 
 /// What changes the token's view of a table, in stream order.
 #[derive(Debug)]
-pub(super) enum Step {
+pub enum Step {
     Chunk(ChunkRecord),
     /// A TRUNCATE at this position started the table's backfill over.
     Restart {
@@ -101,14 +115,14 @@ impl Step {
 
 /// The progress the handed-out batches cover, and the steps placed after it.
 #[derive(Debug)]
-pub(super) struct CoveredProgress {
+pub struct CoveredProgress {
     covered: BackfillProgress,
     steps: VecDeque<Step>,
 }
 
 impl CoveredProgress {
     /// Progress as a token (or the start) had it, with nothing placed since.
-    pub(super) fn new(covered: BackfillProgress) -> Self {
+    pub fn new(covered: BackfillProgress) -> Self {
         CoveredProgress {
             covered,
             steps: VecDeque::new(),
@@ -116,12 +130,12 @@ impl CoveredProgress {
     }
 
     /// Records a chunk or restart placed in the stream (in stream order).
-    pub(super) fn push(&mut self, step: Step) {
+    pub fn push(&mut self, step: Step) {
         self.steps.push_back(step);
     }
 
     /// Whether every placed step is covered, every table done and every window closed.
-    pub(super) fn is_finished(&self) -> bool {
+    pub fn is_finished(&self) -> bool {
         self.steps.is_empty()
             && self
                 .covered
@@ -133,7 +147,7 @@ impl CoveredProgress {
     /// The progress a token covering everything up to `last` (and transactions up to
     /// `commit_end`) carries (every table done, once the backfill is over). `last_event`:
     /// the event at `last`, whose key a token ending inside a chunk takes.
-    pub(super) fn progress_for(
+    pub fn progress_for(
         &mut self,
         last: Option<Position>,
         commit_end: Option<Lsn>,
@@ -206,11 +220,11 @@ impl CoveredProgress {
                         if let Some(key) = key {
                             let key = match key {
                                 Ok(key) => key,
-                                Err(e) => {
+                                Err(_) => {
                                     // The chunk's last key had a text form when it was
                                     // placed, and a table's keys share their types; should
-                                    // one lack it, the token keeps the last whole chunk.
-                                    tracing::warn!(error = %e, "a chunk row's key has no text form");
+                                    // one lack it, the token keeps the last whole chunk
+                                    // (exact, only further back).
                                     self.steps.push_front(Step::Chunk(chunk));
                                     break;
                                 }
