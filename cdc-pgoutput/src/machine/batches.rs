@@ -133,10 +133,14 @@ impl Batches {
         self.queued_upto = position;
     }
 
-    /// A new replication session: what was pending is gone with the old one (it is
-    /// streamed again, or read again); the batch being built stays and is handed out.
-    pub fn new_session(&mut self) {
-        self.pending.clear();
+    /// A new replication session starting at `start`: what was pending is gone with the
+    /// old one (it is streamed again, or read again) — except ends at or before `start`,
+    /// which no session sends again (the slot's start, pushed at a fresh start or after a
+    /// consistent copy: without it the first token would not cover where the slot
+    /// already is). The batch being built stays and is handed out.
+    pub fn new_session(&mut self, start: Lsn) {
+        self.pending
+            .retain(|p| matches!(p, Pending::End(end) if *end <= start));
         // A chunk is pushed into the queue whole, so none is half in the batch; should
         // one be, its end went with the queue and the limits must not wait for it.
         self.building_chunk = false;

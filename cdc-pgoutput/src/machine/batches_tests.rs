@@ -189,9 +189,31 @@ fn events_already_handed_out_are_not_queued_again_after_a_reconnect() {
     );
     // A new session: pending items go (they are streamed again); the batch stays.
     batches.push_event(insert(200, 1));
-    batches.new_session();
+    batches.new_session(Lsn(100));
     assert_eq!(batches.pending_len(), 0);
     assert_eq!(batches.building().len(), 2);
+}
+
+/// Found by the source simulation (seed 46725 of 100,000): a fresh start pushes the
+/// slot's start as an end; a connection lost before it went into a batch must not take
+/// it along, or the first token — cut inside the first transaction — would not cover
+/// where the slot is, and a restart from it would be refused.
+#[test]
+fn a_new_session_keeps_the_ends_no_session_sends_again() {
+    let mut batches = Batches::new(BatchRules {
+        max_events: 1,
+        max_bytes: usize::MAX,
+        max_latency: Duration::from_secs(60),
+    });
+    batches.push_end(Lsn(50));
+    batches.push_event(insert(200, 1));
+    batches.push_end(Lsn(300));
+    batches.new_session(Lsn(50));
+    assert_eq!(
+        batches.pending_len(),
+        1,
+        "the end at the session's start stays"
+    );
 }
 
 #[test]

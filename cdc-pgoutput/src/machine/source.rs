@@ -309,7 +309,7 @@ impl SourceMachine {
         if let Some(assembler) = self.assembler.as_mut() {
             assembler.reset_session();
         }
-        self.batches.new_session();
+        self.batches.new_session(self.confirmed);
         self.inbox.clear();
     }
 

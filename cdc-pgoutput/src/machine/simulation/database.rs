@@ -122,6 +122,17 @@ pub(super) enum Record {
     Abort {
         xid: u32,
     },
+    /// `PREPARE TRANSACTION`: `xid` is prepared; it ends with one of the two below,
+    /// from any session.
+    Prepare {
+        xid: u32,
+    },
+    CommitPrepared {
+        xid: u32,
+    },
+    RollbackPrepared {
+        xid: u32,
+    },
 }
 
 /// What a client did, in order: the workload as statements (see `against_postgres`).
@@ -134,6 +145,9 @@ pub(super) enum Statement {
     Change { xid: u32, change: Change },
     Commit { xid: u32 },
     Abort { xid: u32 },
+    Prepare { xid: u32 },
+    CommitPrepared { xid: u32 },
+    RollbackPrepared { xid: u32 },
 }
 
 /// Where record `index` starts in the WAL.
@@ -188,6 +202,10 @@ pub(super) struct Database {
     pub statements: Vec<Statement>,
     tables: Vec<Vec<Row>>,
     open: Vec<OpenTx>,
+    /// Prepared transactions: ended by no session, holding their locks.
+    prepared: Vec<OpenTx>,
+    /// Percent chance that a transaction ending prepares first.
+    prepare_percent: u64,
     locks: HashMap<LockKey, u32>,
     /// Tables a TRUNCATE holds exclusively, until its transaction ends.
     exclusive: HashMap<usize, u32>,
@@ -200,13 +218,16 @@ pub(super) struct Database {
 
 impl Database {
     /// An empty database whose workload begins `transactions` transactions, at most
-    /// `max_open` at a time.
-    pub(super) fn new(transactions: u32, max_open: usize) -> Self {
+    /// `max_open` at a time; `prepare_percent` of those that end are prepared first
+    /// (`PREPARE TRANSACTION`) and committed or rolled back later.
+    pub(super) fn new(transactions: u32, max_open: usize, prepare_percent: u64) -> Self {
         Database {
             wal: Vec::new(),
             statements: Vec::new(),
             tables: vec![Vec::new(); TABLES.len()],
             open: Vec::new(),
+            prepared: Vec::new(),
+            prepare_percent,
             locks: HashMap::new(),
             exclusive: HashMap::new(),
             next_xid: 700,
@@ -218,7 +239,7 @@ impl Database {
 
     /// Whether the workload is over: every transaction begun and ended.
     pub(super) fn done(&self) -> bool {
-        self.budget == 0 && self.open.is_empty()
+        self.budget == 0 && self.open.is_empty() && self.prepared.is_empty()
     }
 
     /// The committed contents (with every transaction ended): per table, each row's
@@ -242,6 +263,12 @@ impl Database {
     /// One step of the workload: a transaction begins, changes something, opens, releases
     /// or rolls back a savepoint, commits or aborts.
     pub(super) fn step(&mut self, rng: &mut SeedRng) {
+        let nothing_else = self.budget == 0 && self.open.is_empty();
+        if !self.prepared.is_empty() && (nothing_else || rng.chance(8)) {
+            let at = rng.below(self.prepared.len() as u64) as usize;
+            self.finish_prepared(at, !rng.chance(25));
+            return;
+        }
         if self.budget > 0
             && (self.open.is_empty() || self.open.len() < self.max_open && rng.chance(25))
         {
@@ -285,6 +312,8 @@ impl Database {
                 }
             }
             3 if in_sub => self.rollback_to_savepoint(at),
+            // (No draw without prepares, so such seeds replay as before they existed.)
+            4 if self.prepare_percent > 0 && rng.chance(self.prepare_percent) => self.prepare(at),
             4 => self.end(at, true),
             5 => self.end(at, false),
             _ => self.change(at, rng),
@@ -405,9 +434,14 @@ impl Database {
     /// A live row of `table` that `xid` may change.
     fn pick_row(&self, xid: u32, table: usize, rng: &mut SeedRng) -> Option<Row> {
         let rows = self.tables.get(table)?;
+        let keyless = TABLES.get(table).is_some_and(|d| d.key.is_empty());
+        // A keyless row is changed only while no other row has its values: PostgreSQL
+        // picks one of equal rows by its own order (`LIMIT 1 ... SKIP LOCKED`), so the
+        // row the model locks would not be the one the server locks.
         let free: Vec<&Row> = rows
             .iter()
             .filter(|r| self.free_for(xid, &self.lock_key(table, r)))
+            .filter(|r| !keyless || rows.iter().filter(|o| o.values == r.values).count() == 1)
             .collect();
         let pick = free.get(rng.below(free.len() as u64) as usize)?;
         Some((*pick).clone())
@@ -484,9 +518,11 @@ impl Database {
         if other != table && rng.chance(30) {
             tables.push(other);
         }
+        // Prepared transactions hold their locks too.
         let blocked = tables.iter().any(|t| {
             self.open
                 .iter()
+                .chain(&self.prepared)
                 .any(|o| o.xid != xid && o.touched.contains(t))
                 || self.exclusive.get(t).is_some_and(|&h| h != xid)
         });
@@ -559,6 +595,43 @@ impl Database {
         }
         self.statements.push(Statement::RollbackToSavepoint { xid });
         self.wal.push(Record::SubAbort { xid, sub });
+    }
+
+    /// `PREPARE TRANSACTION` (with a savepoint open or not): the transaction leaves its
+    /// session, keeping its changes undoable and its locks.
+    fn prepare(&mut self, at: usize) {
+        if at >= self.open.len() {
+            return;
+        }
+        let tx = self.open.remove(at);
+        self.statements.push(Statement::Prepare { xid: tx.xid });
+        self.wal.push(Record::Prepare { xid: tx.xid });
+        self.prepared.push(tx);
+    }
+
+    /// `COMMIT PREPARED` or `ROLLBACK PREPARED` of the prepared transaction `at`.
+    fn finish_prepared(&mut self, at: usize, commit: bool) {
+        if at >= self.prepared.len() {
+            return;
+        }
+        let tx = self.prepared.remove(at);
+        if !commit {
+            for (_, u) in tx.undo.into_iter().rev() {
+                self.undo(u);
+            }
+        }
+        self.locks.retain(|_, holder| *holder != tx.xid);
+        self.exclusive.retain(|_, holder| *holder != tx.xid);
+        self.statements.push(if commit {
+            Statement::CommitPrepared { xid: tx.xid }
+        } else {
+            Statement::RollbackPrepared { xid: tx.xid }
+        });
+        self.wal.push(if commit {
+            Record::CommitPrepared { xid: tx.xid }
+        } else {
+            Record::RollbackPrepared { xid: tx.xid }
+        });
     }
 
     fn end(&mut self, at: usize, commit: bool) {

@@ -64,6 +64,8 @@ struct Settings {
     stream_memory_limit: usize,
     transactions: u32,
     max_open: usize,
+    /// Percent of ending transactions that are prepared first (see `Database::new`).
+    prepare_percent: u64,
 }
 
 impl Settings {
@@ -92,6 +94,7 @@ impl Settings {
             stream_memory_limit: [64, 512, 1 << 20][rng.below(3) as usize],
             transactions: 2 + rng.below(24) as u32,
             max_open: 1 + rng.below(3) as usize,
+            prepare_percent: 0,
         }
     }
 }
@@ -135,8 +138,19 @@ fn describe(decoder: &mut PgOutputDecoder, message: &ServerMessage) -> String {
 impl Sim {
     fn new(seed: u64, fault: Option<SimFault>) -> Self {
         let mut rng = SeedRng(seed);
-        let settings = Settings::draw(&mut rng);
-        let db = Database::new(settings.transactions, settings.max_open);
+        let mut settings = Settings::draw(&mut rng);
+        // Drawn apart from the seed's stream, so seeds without prepared transactions
+        // replay exactly as before the model had them.
+        settings.prepare_percent = if SeedRng(seed ^ 0x0002_0050_4345).chance(50) {
+            25
+        } else {
+            0
+        };
+        let db = Database::new(
+            settings.transactions,
+            settings.max_open,
+            settings.prepare_percent,
+        );
         let machine = SourceMachine::new(MachineConfig {
             batch: settings.batch,
             progress_interval: settings.progress_interval,

@@ -7,7 +7,8 @@
 //!   commit record lies before its start position (`start_decoding_at`: the larger of the
 //!   position asked for and the slot's `confirmed_flush_lsn`).
 //! - Without streaming, a transaction goes out at its commit: Begin, its changes (not
-//!   those of aborted subtransactions), Commit. An empty one is sent as Begin and Commit
+//!   those of aborted subtransactions), Commit. A prepared transaction goes out so at its
+//!   COMMIT PREPARED (two-phase decoding is not modelled). An empty one is sent as Begin and Commit
 //!   (PostgreSQL 14) or not at all (15+), per the scenario.
 //! - With streaming (protocol 2+), once the changes buffered exceed the memory limit and
 //!   the reader has passed the start position, the largest transaction goes out as a
@@ -201,7 +202,11 @@ impl Walsender {
                     sent.send(&abort);
                 }
             }
-            Record::Abort { xid } => {
+            // Without two-phase decoding a PREPARE sends nothing: the transaction is
+            // decoded at COMMIT PREPARED as at a commit, and forgotten at ROLLBACK
+            // PREPARED as at an abort (`DecodeCommit`, `DecodeAbort`).
+            Record::Prepare { .. } => {}
+            Record::Abort { xid } | Record::RollbackPrepared { xid } => {
                 // An aborted transaction changed no catalog: nothing is invalidated.
                 let Some(buffer) = self.buffers.remove(xid) else {
                     return;
@@ -210,7 +215,7 @@ impl Walsender {
                     sent.send(&self.stream_abort(*xid, *xid, index));
                 }
             }
-            Record::Commit { xid } => {
+            Record::Commit { xid } | Record::CommitPrepared { xid } => {
                 let buffer = self.buffers.remove(xid).unwrap_or_default();
                 self.distribute(&buffer.truncated);
                 let commit_lsn = record_lsn(index);
@@ -524,10 +529,13 @@ fn restart_index(wal: &[Record], start: Lsn) -> usize {
     let mut ended_before: HashSet<u32> = HashSet::new();
     for (index, record) in wal.iter().enumerate() {
         match record {
-            Record::Change { xid, .. } | Record::SubAbort { xid, .. } => {
+            Record::Change { xid, .. } | Record::SubAbort { xid, .. } | Record::Prepare { xid } => {
                 first_of.entry(*xid).or_insert(index);
             }
-            Record::Commit { xid } | Record::Abort { xid } => {
+            Record::Commit { xid }
+            | Record::Abort { xid }
+            | Record::CommitPrepared { xid }
+            | Record::RollbackPrepared { xid } => {
                 first_of.entry(*xid).or_insert(index);
                 if record_lsn(index) < start {
                     ended_before.insert(*xid);
