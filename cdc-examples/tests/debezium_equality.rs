@@ -122,23 +122,7 @@ async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str, transa
     let mut debezium = capture.spawn().unwrap();
     debezium::wait_streaming(&mut debezium, &dbz_out);
 
-    // One statement at a time: each outside BEGIN ... COMMIT is its own transaction.
-    let client = cluster.connect("postgres").await.unwrap();
-    for statement in WORKLOAD
-        .split(";\n")
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-    {
-        client
-            .batch_execute(statement)
-            .await
-            .unwrap_or_else(|e| panic!("{statement}: {e}"));
-    }
-    let end: String = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let end = debezium::run_workload(&cluster, WORKLOAD).await;
 
     let uri = cluster.uri("postgres", ADMIN_USER, None);
     let time_arg = time.replace('_', "-");

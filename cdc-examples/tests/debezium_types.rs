@@ -185,22 +185,7 @@ async fn compare(modes: Modes) -> Vec<String> {
         .execute("SELECT pg_create_logical_replication_slot('pgcdc_slot', 'pgoutput')")
         .await
         .unwrap();
-    let client = cluster.connect("postgres").await.unwrap();
-    for statement in WORKLOAD
-        .split(";\n")
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-    {
-        client
-            .batch_execute(statement)
-            .await
-            .unwrap_or_else(|e| panic!("{statement}: {e}"));
-    }
-    let end: String = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let end = debezium::run_workload(&cluster, WORKLOAD).await;
     let mut args = vec![
         "stream",
         "--uri",

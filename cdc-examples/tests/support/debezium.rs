@@ -85,6 +85,28 @@ pub fn wait_streaming(debezium: &mut Child, out: &Path) {
     }
 }
 
+/// Runs `workload` one statement at a time (each outside `BEGIN ... COMMIT` its own
+/// transaction; statements end with `;` and a newline) and returns the WAL position after
+/// it, for `--end-lsn`.
+pub async fn run_workload(cluster: &Cluster, workload: &str) -> String {
+    let client = cluster.connect("postgres").await.unwrap();
+    for statement in workload
+        .split(";\n")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        client
+            .batch_execute(statement)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
 /// One JSON document per non-empty line.
 pub fn lines(text: &str) -> Vec<Value> {
     text.lines()

@@ -615,23 +615,19 @@ impl Database {
             return;
         }
         let tx = self.prepared.remove(at);
-        if !commit {
-            for (_, u) in tx.undo.into_iter().rev() {
-                self.undo(u);
-            }
-        }
-        self.locks.retain(|_, holder| *holder != tx.xid);
-        self.exclusive.retain(|_, holder| *holder != tx.xid);
-        self.statements.push(if commit {
-            Statement::CommitPrepared { xid: tx.xid }
+        let xid = tx.xid;
+        let (statement, record) = if commit {
+            (
+                Statement::CommitPrepared { xid },
+                Record::CommitPrepared { xid },
+            )
         } else {
-            Statement::RollbackPrepared { xid: tx.xid }
-        });
-        self.wal.push(if commit {
-            Record::CommitPrepared { xid: tx.xid }
-        } else {
-            Record::RollbackPrepared { xid: tx.xid }
-        });
+            (
+                Statement::RollbackPrepared { xid },
+                Record::RollbackPrepared { xid },
+            )
+        };
+        self.finish(tx, commit, statement, record);
     }
 
     fn end(&mut self, at: usize, commit: bool) {
@@ -639,6 +635,18 @@ impl Database {
             return;
         }
         let tx = self.open.remove(at);
+        let xid = tx.xid;
+        let (statement, record) = if commit {
+            (Statement::Commit { xid }, Record::Commit { xid })
+        } else {
+            (Statement::Abort { xid }, Record::Abort { xid })
+        };
+        self.finish(tx, commit, statement, record);
+    }
+
+    /// Ends `tx` (its changes kept or undone, its locks released), as `statement` and
+    /// `record` say.
+    fn finish(&mut self, tx: OpenTx, commit: bool, statement: Statement, record: Record) {
         if !commit {
             for (_, u) in tx.undo.into_iter().rev() {
                 self.undo(u);
@@ -646,15 +654,7 @@ impl Database {
         }
         self.locks.retain(|_, holder| *holder != tx.xid);
         self.exclusive.retain(|_, holder| *holder != tx.xid);
-        self.statements.push(if commit {
-            Statement::Commit { xid: tx.xid }
-        } else {
-            Statement::Abort { xid: tx.xid }
-        });
-        self.wal.push(if commit {
-            Record::Commit { xid: tx.xid }
-        } else {
-            Record::Abort { xid: tx.xid }
-        });
+        self.statements.push(statement);
+        self.wal.push(record);
     }
 }
