@@ -86,6 +86,7 @@ impl Settings {
                 stream_after: 1 + rng.below(8) as usize,
                 skip_empty: rng.chance(50),
                 keepalives: rng.below(6),
+                two_phase: false,
             },
             batch: BatchRules {
                 max_events: 1 + rng.below(12) as usize,
@@ -148,6 +149,9 @@ impl Sim {
         } else {
             0
         };
+        // Two-phase decoding (`walsender.two_phase`) is not drawn yet: with it, seed 41
+        // finds COMMIT PREPARED of a delivered transaction sent again after a restart
+        // held back by a later PREPARE (see the issue notes).
         let db = Database::new(
             settings.transactions,
             settings.max_open,

@@ -36,9 +36,9 @@ use cdc_core::{Lsn, ReplicaIdentity};
 
 use super::database::{Change, Record, TABLES, TableDef, Values, record_end, record_lsn};
 use crate::protocol::pgoutput::{
-    self, Begin, ColumnValue, Commit, Delete, Insert, OldTuple, PgOutputMessage, Relation,
-    RelationColumn, StreamAbort, StreamAbortInfo, StreamCommit, StreamStart, Truncate, TupleData,
-    Update,
+    self, Begin, BeginPrepare, ColumnValue, Commit, CommitPrepared, Delete, Insert, OldTuple,
+    PgOutputMessage, Prepare, Relation, RelationColumn, RollbackPrepared, StreamAbort,
+    StreamAbortInfo, StreamCommit, StreamStart, Truncate, TupleData, Update,
 };
 use crate::protocol::replication::{PrimaryKeepalive, ServerMessage, XLogData};
 use crate::seed_rng::SeedRng;
@@ -56,6 +56,10 @@ pub(super) struct WalsenderOptions {
     pub skip_empty: bool,
     /// Percent chance of a keepalive between two messages.
     pub keepalives: u64,
+    /// Two-phase decoding (protocol 3+, a slot with `two_phase`, enabled at its
+    /// creation): a prepared transaction goes out at its PREPARE, then COMMIT or ROLLBACK
+    /// PREPARED.
+    pub two_phase: bool,
 }
 
 /// What a transaction's reorder buffer holds, in order.
@@ -111,6 +115,9 @@ pub(super) struct Walsender {
     cursor: usize,
     buffers: HashMap<u32, TxBuffer>,
     relations_sent: HashSet<u32>,
+    /// With two-phase decoding: prepared transactions, with their PREPARE record and the
+    /// invalidations that run at their end.
+    prepared: HashMap<u32, (usize, Vec<u32>)>,
 }
 
 impl Walsender {
@@ -123,6 +130,7 @@ impl Walsender {
             cursor: restart_index(wal, start),
             buffers: HashMap::new(),
             relations_sent: HashSet::new(),
+            prepared: HashMap::new(),
         }
     }
 
@@ -202,6 +210,83 @@ impl Walsender {
                     sent.send(&abort);
                 }
             }
+            Record::Prepare { xid } if self.options.two_phase => {
+                let xid = *xid;
+                // A transaction that wrote nothing has no xid in the WAL: the decoder
+                // never hears of it, at its PREPARE or its end.
+                let Some(buffer) = self.buffers.remove(&xid) else {
+                    return;
+                };
+                self.prepared.insert(xid, (index, buffer.invalidations()));
+                let prepare_lsn = record_lsn(index);
+                // Prepared before the session's start: the receiver has it already.
+                if prepare_lsn < self.start {
+                    return;
+                }
+                let prepare = Prepare {
+                    flags: 0,
+                    prepare_lsn,
+                    end_lsn: record_end(index),
+                    prepare_timestamp: index as i64,
+                    xid,
+                    gid: format!("g{xid}"),
+                };
+                if buffer.streamed {
+                    self.buffers.insert(xid, buffer);
+                    if self.buffers.get(&xid).is_some_and(TxBuffer::has_changes) {
+                        self.stream_segment(xid, &mut sent);
+                    }
+                    self.buffers.remove(&xid);
+                    sent.send(&PgOutputMessage::StreamPrepare(prepare));
+                    return;
+                }
+                sent.send(&PgOutputMessage::BeginPrepare(BeginPrepare {
+                    prepare_lsn,
+                    end_lsn: record_end(index),
+                    prepare_timestamp: index as i64,
+                    xid,
+                    gid: format!("g{xid}"),
+                }));
+                self.send_changes(&buffer, &mut sent);
+                sent.send(&PgOutputMessage::Prepare(prepare));
+            }
+            Record::CommitPrepared { xid } | Record::RollbackPrepared { xid }
+                if self.options.two_phase =>
+            {
+                let xid = *xid;
+                let commit = matches!(record, Record::CommitPrepared { .. });
+                let Some((prepared_at, invalidations)) = self.prepared.remove(&xid) else {
+                    return;
+                };
+                if commit {
+                    self.distribute(&invalidations);
+                }
+                self.invalidate(&invalidations);
+                if record_lsn(index) < self.start {
+                    return;
+                }
+                let gid = format!("g{xid}");
+                sent.send(&if commit {
+                    PgOutputMessage::CommitPrepared(CommitPrepared {
+                        flags: 0,
+                        commit_lsn: record_lsn(index),
+                        end_lsn: record_end(index),
+                        commit_timestamp: index as i64,
+                        xid,
+                        gid,
+                    })
+                } else {
+                    PgOutputMessage::RollbackPrepared(RollbackPrepared {
+                        flags: 0,
+                        prepare_end_lsn: record_end(prepared_at),
+                        rollback_end_lsn: record_end(index),
+                        prepare_timestamp: prepared_at as i64,
+                        rollback_timestamp: index as i64,
+                        xid,
+                        gid,
+                    })
+                });
+            }
             // Without two-phase decoding a PREPARE sends nothing: the transaction is
             // decoded at COMMIT PREPARED as at a commit, and forgotten at ROLLBACK
             // PREPARED as at an abort (`DecodeCommit`, `DecodeAbort`).
@@ -255,22 +340,7 @@ impl Walsender {
                     commit_timestamp: index as i64,
                     xid: *xid,
                 }));
-                for (_, entry) in &buffer.changes {
-                    let change = match entry {
-                        Entry::Change(change) => change,
-                        Entry::Invalidate(tables) => {
-                            self.invalidate(tables);
-                            continue;
-                        }
-                    };
-                    self.invalidate_truncated(change);
-                    for table in tables_of(change) {
-                        if self.relations_sent.insert(table.relation_id) {
-                            sent.send(&relation(table, None));
-                        }
-                    }
-                    sent.send(&data_message(change, None));
-                }
+                self.send_changes(&buffer, &mut sent);
                 // The transaction's invalidations run again once it is replayed.
                 self.invalidate(&buffer.invalidations());
                 sent.send(&PgOutputMessage::Commit(Commit {
@@ -280,6 +350,27 @@ impl Walsender {
                     commit_timestamp: index as i64,
                 }));
             }
+        }
+    }
+
+    /// A whole transaction's changes (not streamed), each table's schema before its first
+    /// change in the session.
+    fn send_changes(&mut self, buffer: &TxBuffer, sent: &mut Sent<'_>) {
+        for (_, entry) in &buffer.changes {
+            let change = match entry {
+                Entry::Change(change) => change,
+                Entry::Invalidate(tables) => {
+                    self.invalidate(tables);
+                    continue;
+                }
+            };
+            self.invalidate_truncated(change);
+            for table in tables_of(change) {
+                if self.relations_sent.insert(table.relation_id) {
+                    sent.send(&relation(table, None));
+                }
+            }
+            sent.send(&data_message(change, None));
         }
     }
 
