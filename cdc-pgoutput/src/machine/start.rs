@@ -86,6 +86,17 @@ pub fn slot_must_exist(facts: &StartFacts) -> bool {
     facts.token.is_some_and(|t| !t.mid_snapshot) && !already_copied(facts)
 }
 
+/// The combinations no start can serve, whatever the token and the slot (a `Config`
+/// error): checked by [`plan`], and by a driver before it opens anything.
+pub fn refuse_configuration(facts: &StartFacts) -> Result<(), Error> {
+    if facts.snapshot == SnapshotChoice::Online && facts.snapshot_only {
+        return Err(Error::config(
+            "a snapshot-only run copies under one exported snapshot: use the consistent (initial) snapshot mode with it",
+        ));
+    }
+    Ok(())
+}
+
 fn already_copied(facts: &StartFacts) -> bool {
     facts.snapshot_only && facts.token.is_some_and(|t| !t.mid_snapshot)
 }
@@ -94,11 +105,7 @@ fn already_copied(facts: &StartFacts) -> bool {
 /// `Config` error for an impossible combination, `ResyncRequired` when the slot cannot
 /// give the sink what follows its token. `slot_name` names the slot in the messages.
 pub fn plan(facts: &StartFacts, slot_name: &str) -> Result<StartPlan, Error> {
-    if facts.snapshot == SnapshotChoice::Online && facts.snapshot_only {
-        return Err(Error::config(
-            "a snapshot-only run copies under one exported snapshot: use the consistent (initial) snapshot mode with it",
-        ));
-    }
+    refuse_configuration(facts)?;
     if already_copied(facts) {
         return Ok(StartPlan::AlreadyCopied);
     }

@@ -24,7 +24,7 @@ use cdc_pgoutput::changes::{ChangeAssembler, TableRouting};
 use cdc_pgoutput::machine::source::Phase;
 use cdc_pgoutput::machine::start::{
     AfterNewSlot, SlotFacts, SnapshotChoice, StartFacts, StartPlan, TokenFacts, plan,
-    slot_must_exist,
+    refuse_configuration, slot_must_exist,
 };
 use cdc_pgoutput::protocol::pgoutput::ProtocolVersion;
 use cdc_pgoutput::types::TypeRegistry;
@@ -80,12 +80,8 @@ async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Ls
         }),
         slot: None,
     };
-    // Refused before anything is opened (the plan does not depend on the slot for it).
-    if let Err(e) = plan(&facts, &source.slot)
-        && e.kind() == cdc_core::ErrorKind::Config
-    {
-        return Err(e);
-    }
+    // Refused before anything is opened.
+    refuse_configuration(&facts)?;
     let sql = connect_sql(&config.connection).await?;
     let report = preflight(
         &sql,

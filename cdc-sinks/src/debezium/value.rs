@@ -107,13 +107,7 @@ fn write_array(
     column: &ColumnSchema,
     modes: Modes,
 ) -> Result<(), Error> {
-    let expected = array
-        .dims
-        .iter()
-        .try_fold(1usize, |n, d| n.checked_mul(d.len as usize));
-    if array.dims.len() > MAX_ARRAY_DIMS
-        || (!array.dims.is_empty() && expected != Some(array.elements.len()))
-    {
+    if !array.is_well_formed() || array.dims.len() > MAX_ARRAY_DIMS {
         return Err(Error::rejected(format!(
             "column {:?}: malformed array (dimensions {:?}, {} elements)",
             column.name,
@@ -193,7 +187,7 @@ fn write_other(
                 )));
             };
             match modes.decimals {
-                DecimalMode::Precise => write_numeric_with_scale(out, &amount, 2)?,
+                DecimalMode::Precise => write_numeric(out, &amount, Some(2))?,
                 DecimalMode::String => write_str(out, &amount),
                 DecimalMode::Double => match amount.parse::<f64>() {
                     Ok(v) => write_double(out, v),
@@ -501,11 +495,6 @@ fn write_numeric(out: &mut Vec<u8>, text: &str, declared: Option<u32>) -> Result
     Ok(())
 }
 
-/// A plain decimal's unscaled value at `scale`, as Connect's `Decimal` (base64 bytes).
-fn write_numeric_with_scale(out: &mut Vec<u8>, text: &str, scale: u32) -> Result<(), Error> {
-    write_numeric(out, text, Some(scale))
-}
-
 /// The big-endian two's-complement bytes of the decimal integer `digits` (negated when
 /// `negative`), as Java's `BigInteger.toByteArray` gives them: as few bytes as hold the
 /// sign.
@@ -637,7 +626,7 @@ mod tests {
         let money = |text: &str| {
             let amount = money_amount(text).unwrap();
             let mut out = Vec::new();
-            write_numeric_with_scale(&mut out, &amount, 2).unwrap();
+            write_numeric(&mut out, &amount, Some(2)).unwrap();
             (amount, String::from_utf8(out).unwrap())
         };
         assert_eq!(money("$12.34"), ("12.34".into(), "\"BNI=\"".into()));

@@ -205,50 +205,19 @@ pub async fn run(args: &Args) -> Result<(), String> {
                 "debezium" => {
                     // Debezium's initial snapshot on its own new slot, its defaults, the
                     // records counted in a callback that does nothing else.
-                    let mut cmd = super::drain::debezium_command()?;
-                    cmd.args([
-                        "--host",
-                        cluster.host(),
-                        "--port",
-                        &cluster.port().to_string(),
-                    ])
-                    .args(["--user", "postgres", "--dbname", "postgres"])
-                    .args(["--publication", "pub", "--slot", &slot, "--tables", TABLE])
-                    .args(["--snapshot-mode", "initial_only", "--count-only"])
-                    .args(["--max-events", &rows.to_string(), "--max-runtime", "900"])
-                    .args(["--fresh", "--drop-slot-on-stop"])
-                    .arg("--out")
-                    .arg(scratch.path().join(format!("{slot}.jsonl")));
-                    cmd
+                    let out = scratch.path().join(format!("{slot}.jsonl"));
+                    debezium_count(&cluster, "pub", &slot, "initial_only", rows, 900, &out)?
                 }
                 "debezium-incremental" => {
                     // Debezium streaming from its own new slot, then an incremental
                     // snapshot of the table asked for through the signal table (its
                     // default chunk size), the records counted as above.
-                    let mut cmd = super::drain::debezium_command()?;
-                    cmd.args([
-                        "--host",
-                        cluster.host(),
-                        "--port",
-                        &cluster.port().to_string(),
-                    ])
-                    .args(["--user", "postgres", "--dbname", "postgres"])
-                    .args([
-                        "--publication",
-                        "pub_dbz",
-                        "--slot",
-                        &slot,
-                        "--tables",
-                        TABLE,
-                    ])
-                    .args(["--snapshot-mode", "no_data", "--count-only"])
-                    .args(["--max-events", &rows.to_string(), "--max-runtime", "1800"])
-                    .args(["--fresh", "--drop-slot-on-stop"])
-                    .args(["-p", "signal.data.collection=public.debezium_signal"])
-                    .arg("--ready-file")
-                    .arg(scratch.path().join(format!("{slot}.ready")))
-                    .arg("--out")
-                    .arg(scratch.path().join(format!("{slot}.jsonl")));
+                    let out = scratch.path().join(format!("{slot}.jsonl"));
+                    let mut cmd =
+                        debezium_count(&cluster, "pub_dbz", &slot, "no_data", rows, 1800, &out)?;
+                    cmd.args(["-p", "signal.data.collection=public.debezium_signal"])
+                        .arg("--ready-file")
+                        .arg(scratch.path().join(format!("{slot}.ready")));
                     cmd
                 }
                 mode => {
@@ -336,6 +305,39 @@ pub async fn run(args: &Args) -> Result<(), String> {
     }
     print_tables(&consumers, &runs, rows, bytes, scale);
     Ok(())
+}
+
+/// Debezium counting `rows` records of the table from `publication` on its own new slot
+/// `slot` (dropped when it stops) with `snapshot_mode`, stopping after `max_runtime`
+/// seconds at the latest.
+fn debezium_count(
+    cluster: &Cluster,
+    publication: &str,
+    slot: &str,
+    snapshot_mode: &str,
+    rows: u64,
+    max_runtime: u32,
+    out: &std::path::Path,
+) -> Result<std::process::Command, String> {
+    let mut cmd = super::drain::debezium_command()?;
+    cmd.args(["--host", cluster.host()])
+        .args(["--port", &cluster.port().to_string()])
+        .args(["--user", "postgres", "--dbname", "postgres"])
+        .args([
+            "--publication",
+            publication,
+            "--slot",
+            slot,
+            "--tables",
+            TABLE,
+        ])
+        .args(["--snapshot-mode", snapshot_mode, "--count-only"])
+        .args(["--max-events", &rows.to_string()])
+        .args(["--max-runtime", &max_runtime.to_string()])
+        .args(["--fresh", "--drop-slot-on-stop"])
+        .arg("--out")
+        .arg(out);
+    Ok(cmd)
 }
 
 /// Once Debezium's connector has started (its slot exists: `ready` is written), asks it

@@ -410,6 +410,28 @@ fn simulated_commits(db: &Database) -> Vec<usize> {
     commits
 }
 
+/// Fails with the first difference (and, with `PGCDC_SIM_TRACE`, the workload and both
+/// message lists side by side) unless the real and simulated messages are equal.
+fn assert_same(db: &Database, real: &[String], simulated: &[String], what: &str) {
+    if real != simulated && std::env::var_os("PGCDC_SIM_TRACE").is_some() {
+        for st in &db.statements {
+            eprintln!("{st:?}");
+        }
+        for (i, (r, s)) in real
+            .iter()
+            .zip(simulated.iter().chain(std::iter::repeat(&String::new())))
+            .enumerate()
+        {
+            eprintln!("{i}: {r}    ||    {s}");
+        }
+    }
+    assert!(
+        real == simulated,
+        "{what}: {}",
+        first_difference(real, simulated)
+    );
+}
+
 fn first_difference(real: &[String], simulated: &[String]) -> String {
     let at = real
         .iter()
@@ -480,22 +502,11 @@ async fn the_simulated_walsender_sends_what_postgres_sends() {
         // From the slot's creation: every transaction.
         let (real, real_commits) = real_changes(&admin, "sim").await;
         let simulated = simulated_changes(&db, Lsn::ZERO);
-        if real != simulated && std::env::var_os("PGCDC_SIM_TRACE").is_some() {
-            for st in &db.statements {
-                eprintln!("{st:?}");
-            }
-            for (i, (r, s)) in real
-                .iter()
-                .zip(simulated.iter().chain(std::iter::repeat(&String::new())))
-                .enumerate()
-            {
-                eprintln!("{i}: {r}    ||    {s}");
-            }
-        }
-        assert!(
-            real == simulated,
-            "seed {seed}, from the start: {}",
-            first_difference(&real, &simulated)
+        assert_same(
+            &db,
+            &real,
+            &simulated,
+            &format!("seed {seed}, from the start"),
         );
         // With two-phase decoding, from the start.
         let real = without_rolled_back_changes(
@@ -508,19 +519,11 @@ async fn the_simulated_walsender_sends_what_postgres_sends() {
             Lsn::ZERO,
             PROTOCOL_3_TWO_PHASE,
         ));
-        if real != simulated && std::env::var_os("PGCDC_SIM_TRACE").is_some() {
-            for (i, (r, s)) in real
-                .iter()
-                .zip(simulated.iter().chain(std::iter::repeat(&String::new())))
-                .enumerate()
-            {
-                eprintln!("{i}: {r}    ||    {s}");
-            }
-        }
-        assert!(
-            real == simulated,
-            "seed {seed}, two-phase, from the start: {}",
-            first_difference(&real, &simulated)
+        assert_same(
+            &db,
+            &real,
+            &simulated,
+            &format!("seed {seed}, two-phase, from the start"),
         );
         let model_commits = simulated_commits(&db);
         assert_eq!(real_commits.len(), model_commits.len(), "seed {seed}");
