@@ -452,6 +452,54 @@ async fn a_crash_between_prepare_and_commit_prepared_loses_and_duplicates_nothin
         running
             .wait_for_equal(&cluster, &handle, &["public.tp"], WAIT)
             .await;
+
+        // 3. Two prepared; the first committed and durable; the slot held at the
+        //    second's PREPARE, past the first's; crash. The restarted session receives
+        //    the first's COMMIT PREPARED alone (its PREPARE lies before the start), and
+        //    the sink has it already.
+        cluster
+            .execute(
+                "BEGIN; INSERT INTO public.tp SELECT g, 'v' FROM generate_series(2001, 2050) g;
+                 PREPARE TRANSACTION 'v';",
+            )
+            .await
+            .unwrap();
+        let after_v = current_lsn(&cluster).await;
+        cluster
+            .execute(
+                "BEGIN; INSERT INTO public.tp SELECT g, 'w' FROM generate_series(2101, 2150) g;
+                 PREPARE TRANSACTION 'w';",
+            )
+            .await
+            .unwrap();
+        cluster.execute("COMMIT PREPARED 'v'").await.unwrap();
+        cluster
+            .execute("INSERT INTO public.tp VALUES (2500, 'after v')")
+            .await
+            .unwrap();
+        let slot = running_slot(&cluster).await;
+        let deadline = std::time::Instant::now() + WAIT;
+        while !(commit_lsn_of(&handle, 2500).is_some()
+            && handle.durable_token().is_some_and(|t| {
+                t.position
+                    .is_some_and(|p| Some(p.commit_lsn) >= commit_lsn_of(&handle, 2500))
+            })
+            && confirmed_flush(&cluster, &slot)
+                .await
+                .is_some_and(|c| c > after_v))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "PostgreSQL {version}: the slot never moved past the first PREPARE"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        crash(running, &handle).await;
+        let mut running = spawn(two_phase_options(&cluster), &handle);
+        cluster.execute("COMMIT PREPARED 'w'").await.unwrap();
+        running
+            .wait_for_equal(&cluster, &handle, &["public.tp"], WAIT)
+            .await;
         running.stop().await;
         assert_clean(&handle, version);
     }

@@ -110,6 +110,9 @@ pub struct ChangeAssembler {
     streams: StreamBuffers,
     replay: Option<ReplayState>,
     prepared: PreparedTransactions,
+    /// The last position the sink has or that is on its way (see
+    /// [`ChangeAssembler::set_delivered_upto`]).
+    delivered_upto: Option<Position>,
     /// A deliberate mistake for the source simulation's fault test: a streamed
     /// transaction's first segment is delivered at its Stream Stop, before it commits.
     #[cfg(test)]
@@ -131,6 +134,7 @@ impl ChangeAssembler {
             streams: StreamBuffers::new(config.stream_memory_limit, config.spill),
             replay: None,
             prepared: PreparedTransactions::default(),
+            delivered_upto: None,
             #[cfg(test)]
             fault_release_at_first_segment: false,
             #[cfg(test)]
@@ -154,6 +158,20 @@ impl ChangeAssembler {
         self.streams = StreamBuffers::new(self.streams.limit(), self.streams.storage().clone());
         self.replay = None;
         self.prepared = PreparedTransactions::default();
+    }
+
+    /// Tells the assembler the last event position already in a batch (the sink's token
+    /// after a restart, what went into batches before a reconnect). A session that
+    /// starts past a transaction's PREPARE receives its COMMIT PREPARED alone: the
+    /// assembler accepts that (delivering nothing) only for a transaction this position
+    /// reaches, and refuses it otherwise.
+    ///
+    /// Why reaching its commit is enough: while a prepared transaction waits, every end
+    /// the source hands out is held back to its PREPARE (see [`Self::confirm_hold`]), so
+    /// a slot — and a session start — past that PREPARE means an end handed out after the
+    /// whole transaction was.
+    pub fn set_delivered_upto(&mut self, position: Option<Position>) {
+        self.delivered_upto = position;
     }
 
     /// The furthest the slot may be confirmed while prepared transactions wait for
@@ -351,6 +369,13 @@ impl ChangeAssembler {
             }
             PgOutputMessage::CommitPrepared(commit) => {
                 let Some(prepared) = self.prepared.finish(commit.xid) else {
+                    if self
+                        .delivered_upto
+                        .is_some_and(|p| p.commit_lsn >= commit.commit_lsn)
+                    {
+                        // Delivered whole before this session began past its PREPARE.
+                        return Ok(Some(commit.end_lsn));
+                    }
                     return Err(Error::resync_required(format!(
                         "the server sent COMMIT PREPARED of transaction {} ({:?}) whose PREPARE this session did not receive: \
                          the slot was confirmed past the PREPARE without the transaction's changes reaching the sink \

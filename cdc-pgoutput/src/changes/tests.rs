@@ -552,13 +552,30 @@ fn rollback_prepared_delivers_nothing_and_releases_the_hold() {
 }
 
 #[test]
-fn commit_prepared_of_an_unseen_prepare_is_a_resync_not_a_silent_skip() {
+fn commit_prepared_of_an_unseen_prepare_is_a_resync_unless_it_was_delivered() {
     let mut a = assembler(ProtocolVersion::V3, SchemaChangePolicy::Fail);
     let err = a
         .process(encode(commit_prepared(9, 500)), &mut Vec::new())
         .unwrap_err();
     assert_eq!(err.kind(), cdc_core::ErrorKind::ResyncRequired, "{err}");
     assert!(err.to_string().contains("COMMIT PREPARED"), "{err}");
+    // Nor when what was delivered ends before the transaction's commit.
+    a.set_delivered_upto(Some(Position::new(Lsn(499), 7)));
+    let err = a
+        .process(encode(commit_prepared(9, 500)), &mut Vec::new())
+        .unwrap_err();
+    assert_eq!(err.kind(), cdc_core::ErrorKind::ResyncRequired, "{err}");
+    // A session that began past its PREPARE, after the transaction was delivered (the
+    // slot was confirmed past the PREPARE only then): its COMMIT PREPARED comes alone
+    // and ends it, delivering nothing again.
+    for delivered in [Position::new(Lsn(500), 3), Position::new(Lsn(700), 0)] {
+        a.set_delivered_upto(Some(delivered));
+        let mut events = Vec::new();
+        let end = a
+            .process(encode(commit_prepared(9, 500)), &mut events)
+            .unwrap();
+        assert_eq!((events.len(), end), (0, Some(Lsn(508))));
+    }
     // Malformed sequences are protocol errors.
     let mut a = assembler(ProtocolVersion::V3, SchemaChangePolicy::Fail);
     assert!(

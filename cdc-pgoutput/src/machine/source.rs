@@ -132,6 +132,9 @@ pub(crate) enum Fault {
     /// A new session forgets the ends no session sends again (the slot's start pushed at
     /// a fresh start), as before seed 46725 found it.
     ForgetStartEnd,
+    /// Ends are not held back to the PREPARE of a prepared transaction still waiting:
+    /// the slot is confirmed past it, and a later session never receives it.
+    IgnorePrepareHold,
 }
 
 /// The source's decisions; see the module documentation.
@@ -452,6 +455,7 @@ impl SourceMachine {
         };
         match message {
             ServerMessage::XLogData(data) => {
+                assembler.set_delivered_upto(self.batches.queued_upto());
                 let end = assembler.process_from(data.data, data.wal_start, &mut self.scratch)?;
                 let hold = assembler.confirm_hold();
                 self.queue_scratch(merge, end, hold)?;
@@ -495,6 +499,12 @@ impl SourceMachine {
         end: Option<Lsn>,
         hold: Option<Lsn>,
     ) -> Result<(), Error> {
+        #[cfg(test)]
+        let hold = if self.fault == Some(Fault::IgnorePrepareHold) {
+            None
+        } else {
+            hold
+        };
         match merge {
             None => {
                 self.batches

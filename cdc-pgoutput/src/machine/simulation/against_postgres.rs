@@ -14,8 +14,11 @@
 //! that aborted, and from other transactions' commits), which the model now does roughly,
 //! so the simulation's assembler sees schemas sent again at odd places too.
 //!
-//! Prepared transactions (every third seed) are decoded without two-phase decoding: at
-//! COMMIT PREPARED as at a commit, nothing for one rolled back.
+//! Prepared transactions (every third seed) are decoded without two-phase decoding (at
+//! COMMIT PREPARED as at a commit, nothing for one rolled back) and with it, from a
+//! `two_phase` slot with protocol 3: from the start, and from a slot advanced to a
+//! PREPARE's LSN (the transaction is sent again whole) and to its end (COMMIT PREPARED
+//! comes alone: the rule the source's prepared-transaction hold relies on).
 //!
 //! Protocol 1 (no streaming): how a large transaction is cut into stream segments depends
 //! on memory accounting the model does not reproduce (the simulation draws it), and the
@@ -263,18 +266,23 @@ fn decode_all(payloads: &[Vec<u8>], version: ProtocolVersion) -> Vec<PgOutputMes
         .collect()
 }
 
+/// What a real slot sent: the messages (normalized), and the (record, end) LSNs of each
+/// Commit and of each Prepare among them.
+struct RealChanges {
+    lines: Vec<String>,
+    commits: Vec<(Lsn, Lsn)>,
+    prepares: Vec<(Lsn, Lsn)>,
+}
+
 /// What the real slot `slot` sends from its confirmed position, and the commit and end
 /// LSN of each transaction in it.
 async fn real_changes(client: &Client, slot: &str) -> (Vec<String>, Vec<(Lsn, Lsn)>) {
-    real_changes_with(client, slot, PROTOCOL_1).await
+    let real = real_changes_with(client, slot, PROTOCOL_1).await;
+    (real.lines, real.commits)
 }
 
 /// As [`real_changes`], decoded as `options` says (two-phase: protocol 3, `two_phase` on).
-async fn real_changes_with(
-    client: &Client,
-    slot: &str,
-    options: WalsenderOptions,
-) -> (Vec<String>, Vec<(Lsn, Lsn)>) {
+async fn real_changes_with(client: &Client, slot: &str, options: WalsenderOptions) -> RealChanges {
     let query = if options.two_phase {
         "SELECT data FROM pg_logical_slot_get_binary_changes($1, NULL, NULL, \
          'proto_version', '3', 'two_phase', 'on', 'publication_names', 'sim')"
@@ -292,9 +300,20 @@ async fn real_changes_with(
             _ => None,
         })
         .collect();
+    let prepares = messages
+        .iter()
+        .filter_map(|m| match m {
+            PgOutputMessage::Prepare(p) => Some((p.prepare_lsn, p.end_lsn)),
+            _ => None,
+        })
+        .collect();
     let mut out = Vec::new();
     normalize(&messages, &mut out);
-    (without_relations(out), commits)
+    RealChanges {
+        lines: without_relations(out),
+        commits,
+        prepares,
+    }
 }
 
 /// The walsender the real server is compared with: protocol 1, empty transactions not
@@ -391,23 +410,37 @@ fn without_rolled_back_changes(lines: Vec<String>) -> Vec<String> {
 /// The model's commit records that the real server sent (skipping empty ones, as
 /// PostgreSQL 15+ does), in WAL order.
 fn simulated_commits(db: &Database) -> Vec<usize> {
-    let options = PROTOCOL_1;
-    let mut commits = Vec::new();
+    records_sent(db, PROTOCOL_1, |r| {
+        matches!(r, Record::Commit { .. } | Record::CommitPrepared { .. })
+    })
+}
+
+/// The model's PREPARE records that a two-phase session sends, in WAL order.
+fn simulated_prepares(db: &Database) -> Vec<usize> {
+    records_sent(db, PROTOCOL_3_TWO_PHASE, |r| {
+        matches!(r, Record::Prepare { .. })
+    })
+}
+
+/// The indexes of the records `wanted` picks at which a session decoding with `options`
+/// from the start sends something.
+fn records_sent(
+    db: &Database,
+    options: WalsenderOptions,
+    wanted: impl Fn(&Record) -> bool,
+) -> Vec<usize> {
+    let mut picked = Vec::new();
     let mut session = Walsender::new(options, Lsn::ZERO, &db.wal);
     let mut rng = SeedRng(0);
     let mut sent = std::collections::VecDeque::new();
-    for index in 0..db.wal.len() {
+    for (index, record) in db.wal.iter().enumerate() {
         let before = sent.len();
         session.decode_next(&db.wal, &mut sent, &mut rng);
-        if matches!(
-            db.wal[index],
-            Record::Commit { .. } | Record::CommitPrepared { .. }
-        ) && sent.len() > before
-        {
-            commits.push(index);
+        if wanted(record) && sent.len() > before {
+            picked.push(index);
         }
     }
-    commits
+    picked
 }
 
 /// Fails with the first difference (and, with `PGCDC_SIM_TRACE`, the workload and both
@@ -462,6 +495,7 @@ async fn the_simulated_walsender_sends_what_postgres_sends() {
     }
     let mut transactions = 0;
     let mut prepared = 0;
+    let mut advanced_prepares = 0;
     for seed in 0..30u64 {
         let mut rng = SeedRng(seed.wrapping_mul(7919));
         admin
@@ -471,7 +505,9 @@ async fn the_simulated_walsender_sends_what_postgres_sends() {
         admin
             .batch_execute(
                 "SELECT pg_create_logical_replication_slot('sim', 'pgoutput'), \
-                 pg_create_logical_replication_slot('sim_2pc', 'pgoutput', false, true)",
+                 pg_create_logical_replication_slot('sim_2pc', 'pgoutput', false, true), \
+                 pg_create_logical_replication_slot('at_prepare', 'pgoutput', false, true), \
+                 pg_create_logical_replication_slot('after_prepare', 'pgoutput', false, true)",
             )
             .await
             .unwrap();
@@ -509,22 +545,44 @@ async fn the_simulated_walsender_sends_what_postgres_sends() {
             &format!("seed {seed}, from the start"),
         );
         // With two-phase decoding, from the start.
-        let real = without_rolled_back_changes(
-            real_changes_with(&admin, "sim_2pc", PROTOCOL_3_TWO_PHASE)
-                .await
-                .0,
-        );
-        let simulated = without_rolled_back_changes(simulated_changes_with(
-            &db,
-            Lsn::ZERO,
-            PROTOCOL_3_TWO_PHASE,
-        ));
+        let real = real_changes_with(&admin, "sim_2pc", PROTOCOL_3_TWO_PHASE).await;
+        let simulated = simulated_changes_with(&db, Lsn::ZERO, PROTOCOL_3_TWO_PHASE);
         assert_same(
             &db,
-            &real,
-            &simulated,
+            &without_rolled_back_changes(real.lines),
+            &without_rolled_back_changes(simulated),
             &format!("seed {seed}, two-phase, from the start"),
         );
+        // From a slot confirmed up to a PREPARE's LSN (sent again whole) and to its end
+        // (only its COMMIT or ROLLBACK PREPARED follows).
+        let model_prepares = simulated_prepares(&db);
+        assert_eq!(real.prepares.len(), model_prepares.len(), "seed {seed}");
+        if let (Some(&(prepare, end)), Some(&index)) = (
+            real.prepares.get(real.prepares.len() / 2),
+            model_prepares.get(model_prepares.len() / 2),
+        ) {
+            for (slot, real_at, model_at) in [
+                ("at_prepare", prepare, record_lsn(index)),
+                ("after_prepare", end, record_end(index)),
+            ] {
+                admin
+                    .query(
+                        "SELECT pg_replication_slot_advance($1, $2::text::pg_lsn)",
+                        &[&slot, &real_at.to_string()],
+                    )
+                    .await
+                    .unwrap();
+                let real = real_changes_with(&admin, slot, PROTOCOL_3_TWO_PHASE).await;
+                let simulated = simulated_changes_with(&db, model_at, PROTOCOL_3_TWO_PHASE);
+                assert_same(
+                    &db,
+                    &without_rolled_back_changes(real.lines),
+                    &without_rolled_back_changes(simulated),
+                    &format!("seed {seed}, two-phase, from {slot}"),
+                );
+                advanced_prepares += 1;
+            }
+        }
         let model_commits = simulated_commits(&db);
         assert_eq!(real_commits.len(), model_commits.len(), "seed {seed}");
         transactions += real_commits.len();
@@ -556,7 +614,14 @@ async fn the_simulated_walsender_sends_what_postgres_sends() {
                 );
             }
         }
-        for slot in ["sim", "sim_2pc", "at_commit", "at_end"] {
+        for slot in [
+            "sim",
+            "sim_2pc",
+            "at_commit",
+            "at_end",
+            "at_prepare",
+            "after_prepare",
+        ] {
             admin
                 .query("SELECT pg_drop_replication_slot($1)", &[&slot])
                 .await
@@ -570,5 +635,9 @@ async fn the_simulated_walsender_sends_what_postgres_sends() {
     assert!(
         prepared > 5,
         "only {prepared} prepared transactions committed"
+    );
+    assert!(
+        advanced_prepares >= 10,
+        "only {advanced_prepares} two-phase slots compared from a PREPARE"
     );
 }
