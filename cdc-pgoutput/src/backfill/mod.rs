@@ -15,8 +15,12 @@
 //!   reflects it — and why no change is lost or applied twice.
 //! - [`token_progress`]: what a resume token says of the online snapshot, for exactly the
 //!   events it covers.
+//! - [`online`]: the running online snapshot's decisions — read rounds, chunk placement,
+//!   keyless tables read whole, events held for the server's key comparisons — around the
+//!   merge, for a driver that does the reading.
 
 pub mod key_order;
 pub mod merge;
+pub mod online;
 pub mod token_progress;
 pub mod xid_snapshot;

@@ -25,6 +25,24 @@ pub enum Pending {
     End(Lsn),
 }
 
+/// The pending queue as a driver's copy fills it (a consistent snapshot's rows, an
+/// online snapshot's chunks): what they produce goes straight in (a queue of their own,
+/// moved over afterwards, would cost every event one more copy).
+#[derive(Debug)]
+pub struct EventQueue<'a>(pub &'a mut VecDeque<Pending>);
+
+impl EventQueue<'_> {
+    /// Appends `event`.
+    pub fn push_back(&mut self, event: ChangeEvent) {
+        self.0.push_back(Pending::Event(event));
+    }
+
+    /// Appends the end of a transaction.
+    pub fn push_end(&mut self, end: Lsn) {
+        self.0.push_back(Pending::End(end));
+    }
+}
+
 /// Where batches end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchRules {

@@ -49,8 +49,8 @@ pub trait StreamMerge {
     fn hold_end(&mut self, end: Lsn) -> bool;
     /// The stream is idle up to `lsn`.
     fn idle(&mut self, lsn: Lsn);
-    /// What the schedule needs to know.
-    fn facts(&self) -> BackfillFacts;
+    /// What the schedule needs to know at `now`.
+    fn facts(&self, now: Instant) -> BackfillFacts;
 }
 
 /// What the source is doing.
@@ -362,7 +362,7 @@ impl SourceMachine {
             building_empty: self.batches.building().is_empty(),
             took_ready: self.took_ready,
             stream_had_turn: self.stream_had_turn,
-            backfill: merge.map(StreamMerge::facts),
+            backfill: merge.map(|m| m.facts(now)),
         }
     }
 

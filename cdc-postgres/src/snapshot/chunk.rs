@@ -2,7 +2,7 @@
 //! a short transaction of its own, with the transaction's snapshot and the WAL position
 //! just after it (what the merge needs to place the chunk in the stream).
 
-use cdc_core::{Error, Lsn, Row, quote_identifier};
+use cdc_core::{Error, Lsn, quote_identifier};
 use cdc_pgoutput::protocol::ByteBlocks;
 
 use super::copy::columns_for_copy;
@@ -12,31 +12,7 @@ use crate::catalog::CatalogTable;
 use crate::conn::sql_session::SqlSession;
 use crate::wal_page::WalPages;
 
-/// What one chunk read returned.
-#[derive(Debug)]
-pub struct ChunkRead {
-    /// `pg_current_snapshot()` of the read's transaction, as text.
-    pub snapshot: String,
-    /// The WAL insert position read right after the snapshot was taken (on a standby: the
-    /// replay position). Every transaction the snapshot sees committed before it.
-    pub until: Lsn,
-    /// The rows after the start key, in key order, at most `limit`.
-    pub rows: Vec<Row>,
-    /// The read reached the end of the table (fewer rows than the limit; never for a read
-    /// up to a given key).
-    pub complete: bool,
-    /// A read up to a given key stopped at its cap ([`range_cap`] rows) before the key:
-    /// rows went into the range after its end was found. The chunk then ends at its last
-    /// row, and the rest of the range is left to the next chunk.
-    pub cut_short: bool,
-}
-
-/// The most rows a read up to a given key returns: twice the chunk size, so that a
-/// range that grew after its end was found (inserts, keys moved into it) still costs
-/// bounded memory, while a range of its usual size is never cut.
-pub fn range_cap(limit: usize) -> usize {
-    limit.max(1).saturating_mul(2)
-}
+pub use cdc_pgoutput::backfill::online::{ChunkRead, range_cap};
 
 /// A SQL string literal holding `text`, correct whatever `standard_conforming_strings` is.
 fn literal(text: &str) -> String {

@@ -1,10 +1,8 @@
 //! The primary keys of backfilled tables: where they sit in a row, how they compare (as
 //! the server's btree orders them), and their text form in queries and tokens.
 
-use bytes::Bytes;
 use cdc_core::{Error, Result};
 use cdc_pgoutput::backfill::key_order::{KeyColumnOrder, KeyOrder};
-use cdc_pgoutput::backfill::merge::Key;
 
 use crate::catalog::{CatalogTable, KeyCollationInfo};
 
@@ -54,35 +52,4 @@ pub(super) fn key_order(table: &CatalogTable) -> Result<KeyOrder> {
         }
     }
     Ok(KeyOrder::new(orders))
-}
-
-/// A key in Postgres's text form, for queries and tokens.
-/// A key from its text form (as `token_progress::key_text` wrote it into a token).
-pub(super) fn parse_key(table: &CatalogTable, text: &[String]) -> Result<Key> {
-    let columns = key_columns(table)?;
-    if columns.len() != text.len() {
-        return Err(Error::protocol(format!(
-            "the resume token's backfill key of {} has {} values, the primary key has {} columns",
-            table.schema.name,
-            text.len(),
-            columns.len()
-        )));
-    }
-    columns
-        .iter()
-        .zip(text)
-        .map(|(&index, value)| {
-            let Some(ty) = table.column_types.get(index) else {
-                return Err(Error::protocol("internal: key column without a type"));
-            };
-            cdc_pgoutput::types::decode_text(ty, &Bytes::copy_from_slice(value.as_bytes())).map_err(
-                |e| {
-                    Error::protocol(format!(
-                        "the resume token's backfill key of {} does not decode: {e}",
-                        table.schema.name
-                    ))
-                },
-            )
-        })
-        .collect()
 }

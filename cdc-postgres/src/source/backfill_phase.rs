@@ -1,53 +1,34 @@
-//! The online snapshot while the stream runs: when to read the next chunks, reading them
-//! on ordinary connections, placing their rows in the stream with positions and markers,
-//! passing every streamed event through the merge, and the resume token's progress.
-//!
-//! The merge rules and why they hold are in `cdc_pgoutput::backfill::merge`. This module
-//! adds the I/O around it and the bookkeeping that makes the progress in a token match
-//! exactly the events the token covers, even when a batch ends in the middle of a chunk.
+//! The online snapshot's driver: it reads for the decisions of
+//! `cdc_pgoutput::backfill::online::OnlineSnapshot` — chunks on ordinary connections (in a
+//! background task while the stream goes on, or with it paused), tables without a key
+//! whole under one snapshot, key comparisons only the server can make — and hands the
+//! results back. Which chunks to read, whether and where a read is placed, what the
+//! stream may drop and what a token says are all decided there.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use cdc_core::{
-    BackfillProgress, ChangeEvent, Error, EventKind, Lsn, Position, Result, TableBackfill,
-    TableName,
-};
-use cdc_pgoutput::backfill::merge::{Backfill, Frontier, TableState, Window};
-use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
+use cdc_core::{BackfillProgress, ChangeEvent, Lsn, Position, Result};
+use cdc_pgoutput::backfill::online::{OnlineRules, OnlineSnapshot, OnlineTable, Splits};
 use cdc_pgoutput::machine::schedule::BackfillFacts;
 use cdc_pgoutput::machine::source::StreamMerge;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::backfill_keys::{key_columns, key_order, parse_key};
+use super::backfill_keys::{key_columns, key_order};
 use super::stats::{SourceStats, TableReadWhole};
 use crate::catalog::CatalogTable;
 use crate::conn::ConnectionConfig;
 use crate::conn::sql_session::SqlSession;
+use crate::snapshot::WholeTableRead;
 use crate::wal_page::WalPages;
-use cdc_pgoutput::backfill::token_progress::{CoveredProgress, Step};
 
-mod parts;
-mod place;
 mod rounds;
 mod server_order;
-mod stride;
 mod whole;
 
-use parts::{Held, RoundResult, Splits, WholeCopy};
-
-/// Ordinals of snapshot rows and markers start here, above any ordinal a transaction's
-/// own events can have, so that rows placed between two transactions order after the
-/// earlier one's events (see [`BackfillPhase::anchor_position`]).
-const ANCHOR_ORDINAL_BASE: u64 = 1 << 62;
-
-/// How long to wait before reading a chunk again after its snapshot missed a transaction
-/// the stream already passed (a commit not yet visible, e.g. waiting for a synchronous
-/// standby), or after a reader's connection failed.
-const RETRY_DELAY: Duration = Duration::from_millis(50);
+use rounds::RoundResult;
 
 /// Options of the online snapshot.
 #[derive(Clone, Debug)]
@@ -62,58 +43,43 @@ pub(crate) struct BackfillOptions {
     pub stats: SourceStats,
 }
 
-/// One delivered chunk as the token needs it: which rows it put where.
-/// The running online snapshot.
+/// The running online snapshot: its decisions, and the connections and reads in flight.
 #[derive(Debug)]
 pub(crate) struct BackfillPhase {
-    merge: Backfill,
-    /// Catalog entry of each backfilled table (same index as the merge's tables).
-    catalog: Vec<usize>,
+    state: OnlineSnapshot,
     tables: Arc<Vec<CatalogTable>>,
     options: BackfillOptions,
     readers: Vec<SqlSession>,
     /// The connection that finds the ends of the next round's chunks while a round reads.
     planner: Option<SqlSession>,
-    /// The ends found for the next round's chunks of tables shared by several readers.
-    splits: Vec<Splits>,
-    /// The key distance that holds about a chunk's rows, per table (by index) with a
-    /// single-column integer key, from its last round (see `stride`).
-    strides: Vec<(usize, i128)>,
-    /// Where the previous anchor put its rows, and the next ordinal there.
-    anchor_lsn: Lsn,
-    next_ordinal: u64,
-    /// The progress the handed-out batches cover, and the steps placed after it.
-    progress: CoveredProgress,
-    not_before: Option<Instant>,
-    /// Tables whose next chunk must be preceded by a TRUNCATE (copied again on request).
-    truncate_first: Vec<usize>,
+    /// The ends it found, for the next round.
+    next_splits: Vec<Splits>,
     /// A read round running in the background: the readers come back with the results.
     in_flight: Option<JoinHandle<RoundResult>>,
-    /// See [`Self::optimistic`].
-    optimistic: bool,
-    /// The last position handed out before this phase began (a restart or reconnect):
-    /// no chunk is placed before the stream has passed its transaction, so new rows order
-    /// after it and before everything the stream sends next.
-    floor: Option<Position>,
     /// Signalled when a background round finishes.
     round_done: Arc<Notify>,
     /// Set by the background round just before it signals (its handle may not report
     /// finished for a moment longer).
     round_ready: Arc<AtomicBool>,
-    /// A table without a primary key being read whole (the stream waits meanwhile).
-    whole: Option<WholeCopy>,
-    /// Where this backfill's `SnapshotMarker::Started` went (before its first placed row
-    /// or marker), once it did; kept by a new session when it was handed out.
-    announced: Option<Position>,
-    /// Whether some table's keys only the server can compare (see `server_order`).
-    server_ordered: bool,
-    /// Streamed events, transaction ends and idle progress waiting, in stream order, for
-    /// the server to compare keys (see `server_order`).
-    held: VecDeque<Held>,
+    /// The read of a table without a primary key being copied whole.
+    whole_read: Option<WholeTableRead>,
     /// The connection the server compares keys on.
     comparer: Option<SqlSession>,
-    /// After a comparison failed on a lost connection: not again before this.
-    compare_not_before: Option<Instant>,
+}
+
+/// The online snapshot's view of the catalog's tables (same order).
+fn online_tables(tables: &[CatalogTable]) -> Result<Vec<OnlineTable>> {
+    tables
+        .iter()
+        .map(|table| {
+            Ok(OnlineTable {
+                schema: table.schema.clone(),
+                key_columns: key_columns(table)?,
+                order: key_order(table)?,
+                column_types: table.column_types.clone(),
+            })
+        })
+        .collect()
 }
 
 impl BackfillPhase {
@@ -127,128 +93,39 @@ impl BackfillPhase {
         after: Option<Position>,
         options: BackfillOptions,
     ) -> Result<Self> {
-        let unshown = progress.unshown_xids;
-        let mut states = Vec::new();
-        let mut catalog = Vec::new();
-        let mut covered = BackfillProgress::default();
-        let mut truncate_first = Vec::new();
-        let mut removed = Vec::new();
-        let mut read_whole = Vec::new();
-        for entry in progress.tables {
-            let Some(index) = catalog_tables
-                .iter()
-                .position(|t| t.schema.name == entry.table)
-            else {
-                // Not in this run's set: its changes are not delivered, and the token
-                // keeps it as removed (see `table_set`), after the merged tables so that
-                // the token's entries and the merge's tables share their indexes.
-                removed.push(TableBackfill {
-                    removed: true,
-                    windows: Vec::new(),
-                    ..entry
-                });
-                continue;
-            };
-            let Some(table) = catalog_tables.get(index) else {
-                continue;
-            };
-            // A key whose order only the server knows (e.g. text under a linguistic
-            // collation) cannot be merged chunk by chunk: such a table is read whole, like
-            // a table without a key.
-            // A table without a primary key is one range, read whole (`whole`).
-            let key_columns = key_columns(table)?;
-            let order = key_order(table)?;
-            let whole = key_columns.is_empty();
-            if whole && !entry.done {
-                read_whole.push(TableReadWhole {
-                    table: entry.table.to_string(),
+        let online = Arc::new(online_tables(&catalog_tables)?);
+        let state = OnlineSnapshot::new(online, progress, processed, after, rules(&options))?;
+        Ok(Self::around(state, catalog_tables, options))
+    }
+
+    fn around(
+        state: OnlineSnapshot,
+        tables: Arc<Vec<CatalogTable>>,
+        options: BackfillOptions,
+    ) -> Self {
+        options.stats.read_whole(
+            state
+                .keyless_pending()
+                .into_iter()
+                .map(|table| TableReadWhole {
+                    table: table.to_string(),
                     reason: "no primary key".to_owned(),
-                });
-            }
-            let keyed_progress = entry.upto.is_some()
-                || entry
-                    .windows
-                    .iter()
-                    .any(|w| w.after.is_some() || w.upto.is_some());
-            // Whether the sink's copy is replaced: a TRUNCATE of it, then a new copy.
-            let recopy = if entry.removed {
-                // Back in the stream after a run without it: the sink's copy is stale (its
-                // changes meanwhile are missing). The token keeps it `removed` until that
-                // TRUNCATE is covered.
-                tracing::info!(table = %entry.table, "copying the table again: it is back in the stream after a run without it");
-                true
-            } else if whole && keyed_progress {
-                // Copied by key before (an earlier version ordered this key itself): the
-                // token's ranges mean nothing to a whole-table read.
-                tracing::warn!(table = %entry.table, "copying the table again: its copy was made in key order, which this run cannot reproduce");
-                true
-            } else {
-                // Begun but not completed without a key to continue from — read whole (also
-                // a keyed table an earlier version read whole): the sink holds part of it.
-                !entry.done && entry.upto.is_none() && (entry.chunks > 0 || entry.rows > 0)
-            };
-            let (frontier, windows) = if recopy {
-                truncate_first.push(states.len());
-                (Frontier::NotStarted, Vec::new())
-            } else {
-                restored_frontier_and_windows(table, &entry, processed)?
-            };
-            // A copy that starts over is counted anew (its `TableStarted` comes again).
-            states.push(TableState {
-                table: entry.table.clone(),
-                key_columns,
-                order,
-                frontier,
-                windows,
-                chunks: if recopy { 0 } else { entry.chunks },
-                rows: if recopy { 0 } else { entry.rows },
-            });
-            catalog.push(index);
-            covered.tables.push(entry);
-        }
-        covered.tables.extend(removed);
-        options.stats.read_whole(read_whole);
-        let (anchor_lsn, next_ordinal) = match after {
-            Some(p) if p.ordinal >= ANCHOR_ORDINAL_BASE => (p.commit_lsn, p.ordinal + 1),
-            _ => (Lsn::ZERO, ANCHOR_ORDINAL_BASE),
-        };
-        // A token that ends among chunk rows was taken with the stream at their anchor +
-        // 1, which may be past its `commit_end` (an idle keepalive moved the stream on):
-        // no transaction in between carried anything, so the stream stands there again,
-        // and the next rows order after the token's.
-        let processed = match after {
-            Some(p) if p.ordinal >= ANCHOR_ORDINAL_BASE => processed.max(Lsn(p.commit_lsn.0 + 1)),
-            _ => processed,
-        };
-        let server_ordered = states.iter().any(|s| s.order.is_by_server());
-        Ok(BackfillPhase {
-            // Transactions an earlier session passed that no snapshot has shown yet: every
-            // table's next chunk must show them (this session's stream starts after them).
-            merge: Backfill::new(states, processed).with_unshown(&unshown),
-            catalog,
-            tables: catalog_tables,
+                })
+                .collect(),
+        );
+        BackfillPhase {
+            state,
+            tables,
             options,
             readers: Vec::new(),
             planner: None,
-            splits: Vec::new(),
-            strides: Vec::new(),
-            anchor_lsn,
-            next_ordinal,
-            progress: CoveredProgress::new(covered),
-            not_before: None,
-            truncate_first,
+            next_splits: Vec::new(),
             in_flight: None,
-            optimistic: true,
-            floor: after,
             round_done: Arc::new(Notify::new()),
             round_ready: Arc::new(AtomicBool::new(false)),
-            whole: None,
-            announced: None,
-            server_ordered,
-            held: VecDeque::new(),
+            whole_read: None,
             comparer: None,
-            compare_not_before: None,
-        })
+        }
     }
 
     /// The same backfill for a new replication session starting at `start`, from the
@@ -261,31 +138,17 @@ impl BackfillPhase {
         start: Lsn,
         after: Option<Position>,
     ) -> Result<Self> {
-        let mut progress = match covered {
-            Some(progress) => progress,
-            None => Self::fresh_progress(&self.tables),
-        };
-        // What this session passed that no snapshot has shown yet (live, which may name
-        // more than the handed-out batches cover: only ever more careful).
-        progress.unshown_xids = self.merge.unshown();
-        let mut phase = Self::new(
-            self.tables.clone(),
-            progress,
+        let state = self.state.for_new_session(
+            covered,
+            Self::fresh_progress(&self.tables),
             start,
             after,
-            self.options.clone(),
         )?;
-        for &index in &self.truncate_first {
-            if let Some(state) = self.merge.tables().get(index) {
-                phase.restart(&state.table)?;
-            }
-        }
-        // The same backfill goes on: announced again only if its `Started` marker was
-        // lost with the queue (not yet handed out).
-        phase.announced = self
-            .announced
-            .filter(|&at| after.is_some_and(|handed_out| at <= handed_out));
-        Ok(phase)
+        Ok(Self::around(
+            state,
+            self.tables.clone(),
+            self.options.clone(),
+        ))
     }
 
     /// The progress of a fresh backfill of every table in `tables`.
@@ -310,206 +173,61 @@ impl BackfillPhase {
         }
     }
 
-    /// Copies `table` again from its first row: a TRUNCATE of the table goes first (at
-    /// the anchor of its first chunk), so the sink drops its copy before the new rows.
-    pub(crate) fn restart(&mut self, table: &TableName) -> Result<()> {
-        let Some(index) = self.merge.tables().iter().position(|t| &t.table == table) else {
-            return Err(Error::config(format!(
-                "cannot copy {table} again: it is not one of the stream's tables"
-            )));
-        };
-        self.merge.restart_table_at_anchor(index);
-        if !self.truncate_first.contains(&index) {
-            self.truncate_first.push(index);
-        }
-        Ok(())
+    /// See [`OnlineSnapshot::restart`].
+    pub(crate) fn restart(&mut self, table: &cdc_core::TableName) -> Result<()> {
+        self.state.restart(table)
     }
 
-    /// Tables whose copy starts over with a TRUNCATE not yet placed.
-    pub(crate) fn tables_to_truncate(&self) -> Vec<TableName> {
-        self.truncate_first
-            .iter()
-            .filter_map(|&index| self.merge.tables().get(index))
-            .map(|state| state.table.clone())
-            .collect()
+    /// See [`OnlineSnapshot::tables_to_truncate`].
+    pub(crate) fn tables_to_truncate(&self) -> Vec<cdc_core::TableName> {
+        self.state.tables_to_truncate()
     }
 
-    /// Whether chunks remain to be read and it is time to read them.
-    pub(crate) fn wants_chunk(&self) -> bool {
-        self.in_flight.is_none()
-            && self.whole.is_none()
-            && self.keyed_pending().next().is_some()
-            && self.not_before.is_none_or(|t| Instant::now() >= t)
-    }
-
-    /// Tables with a primary key whose chunks remain to be read.
-    fn keyed_pending(&self) -> impl Iterator<Item = usize> + '_ {
-        self.merge
-            .pending_tables()
-            .filter(|(_, t)| !t.key_columns.is_empty())
-            .map(|(i, _)| i)
-    }
-
-    /// What the streaming loop needs to know of the online snapshot to choose its next
-    /// step (`cdc_pgoutput::machine::schedule`).
-    pub(crate) fn facts(&self) -> BackfillFacts {
-        BackfillFacts {
-            wants_resolving: self.wants_resolving(),
-            held: self.held_len(),
-            copying_whole: self.copying_whole(),
-            round_ready: self.round_ready(),
-            round_events: self.round_events(),
-            wants_chunk: self.wants_chunk(),
-            optimistic: self.optimistic(),
-            may_place: self.may_place(),
-            wants_whole: self.wants_whole(),
-            finished: self.is_finished(),
-        }
-    }
-
-    /// Whether rows are left to copy (a table not yet complete, or one to copy again).
+    /// See [`OnlineSnapshot::copies`].
     pub(crate) fn copies(&self) -> bool {
-        self.whole.is_some()
-            || !self.truncate_first.is_empty()
-            || self.merge.pending_tables().next().is_some()
+        self.state.copies()
     }
 
-    /// Whether nothing is left to read or decide (the phase can end once the token's
-    /// progress says so too).
+    /// See [`OnlineSnapshot::is_finished`].
     pub(crate) fn is_finished(&self) -> bool {
-        self.whole.is_none()
-            && self.held.is_empty()
-            && self.merge.is_finished()
-            && self.progress.is_finished()
+        self.state.is_finished()
     }
 
-    /// See [`CoveredProgress::progress_for`].
+    /// See [`OnlineSnapshot::progress_for`].
     pub(crate) fn progress_for(
         &mut self,
         last: Option<Position>,
         commit_end: Option<Lsn>,
         last_event: Option<&ChangeEvent>,
     ) -> Option<BackfillProgress> {
-        let mut progress = self.progress.progress_for(last, commit_end, last_event)?;
-        // The live list, which may name transactions after the token's: only ever more
-        // careful (a transaction a snapshot showed stays visible to later ones).
-        progress.unshown_xids = self.merge.unshown();
-        Some(progress)
+        self.state.progress_for(last, commit_end, last_event)
     }
+}
 
-    /// Passes one streamed event through the merge: `Some` to deliver. An event whose keys
-    /// only the server can compare, and every one after it, is held instead until
-    /// [`Self::resolve_held`].
-    pub(crate) fn on_event(&mut self, event: ChangeEvent) -> Result<Option<ChangeEvent>> {
-        if self.server_ordered
-            && (!self.held.is_empty() || !self.merge.comparisons_needed(&event)?.is_empty())
-        {
-            self.held.push_back(Held::Event(event));
-            return Ok(None);
-        }
-        self.pass(event)
-    }
-
-    /// Passes one streamed event through the merge (its keys compared already).
-    fn pass(&mut self, event: ChangeEvent) -> Result<Option<ChangeEvent>> {
-        if let EventKind::Truncate { tables, .. } = &event.kind {
-            for table in tables {
-                // Only a TRUNCATE that starts the table's copy over changes the token's
-                // view of it; a done table's is an ordinary change.
-                if let Some(index) = self.merge.merging_index(&table.name) {
-                    self.progress.push(Step::Restart {
-                        table: index,
-                        at: event.position,
-                    });
-                }
-            }
-        }
-        self.merge.on_event(event)
-    }
-
-    /// The stream is idle up to `lsn` (after the events held, if any).
-    pub(crate) fn progress(&mut self, lsn: Lsn) {
-        if self.held.is_empty() {
-            self.merge.progress(lsn);
-        } else {
-            self.held.push_back(Held::Idle(lsn));
-        }
-    }
-
-    /// The position of the next row or marker placed at the current anchor: just before
-    /// the next transaction (whose commit LSN is at least the end of the last one
-    /// processed) and after every event already placed.
-    fn anchor_position(&mut self) -> Position {
-        // Never below an earlier anchor: positions only grow.
-        let lsn = Lsn(self.merge.processed().0.saturating_sub(1)).max(self.anchor_lsn);
-        if lsn != self.anchor_lsn {
-            self.anchor_lsn = lsn;
-            self.next_ordinal = ANCHOR_ORDINAL_BASE;
-        }
-        let position = Position::new(lsn, self.next_ordinal);
-        self.next_ordinal += 1;
-        position
+fn rules(options: &BackfillOptions) -> OnlineRules {
+    OnlineRules {
+        chunk_rows: options.chunk_rows,
+        readers: options.readers,
     }
 }
 
 /// The stream's side of the online snapshot, as the source machine drives it.
 impl StreamMerge for BackfillPhase {
     fn on_event(&mut self, event: ChangeEvent) -> Result<Option<ChangeEvent>> {
-        BackfillPhase::on_event(self, event)
+        self.state.on_event(event)
     }
 
     fn hold_end(&mut self, end: Lsn) -> bool {
-        BackfillPhase::hold_end(self, end)
+        self.state.hold_end(end)
     }
 
     fn idle(&mut self, lsn: Lsn) {
-        self.progress(lsn);
+        self.state.progress(lsn);
     }
 
-    fn facts(&self) -> BackfillFacts {
-        BackfillPhase::facts(self)
+    fn facts(&self, now: Instant) -> BackfillFacts {
+        let ready =
+            self.in_flight.is_some() && self.round_ready.load(std::sync::atomic::Ordering::Acquire);
+        self.state.facts(now, ready)
     }
-}
-
-/// A table's frontier and still-open merge windows as `entry` of a token has them (windows
-/// closed by `processed` left out).
-fn restored_frontier_and_windows(
-    table: &CatalogTable,
-    entry: &TableBackfill,
-    processed: Lsn,
-) -> Result<(Frontier, Vec<Window>)> {
-    let frontier = if entry.done {
-        Frontier::Done
-    } else {
-        match &entry.upto {
-            None => Frontier::NotStarted,
-            Some(text) => Frontier::UpTo(parse_key(table, text)?),
-        }
-    };
-    let mut windows = Vec::new();
-    for window in &entry.windows {
-        if window.until <= processed {
-            continue;
-        }
-        windows.push(Window {
-            after: window
-                .after
-                .as_ref()
-                .map(|k| parse_key(table, k))
-                .transpose()?,
-            upto: window
-                .upto
-                .as_ref()
-                .map(|k| parse_key(table, k))
-                .transpose()?,
-            snapshot: XidSnapshot::parse(&window.snapshot).map_err(|e| {
-                Error::protocol(format!(
-                    "the resume token's backfill snapshot of {} is malformed: {e}",
-                    entry.table
-                ))
-            })?,
-            until: window.until,
-        });
-    }
-    Ok((frontier, windows))
 }

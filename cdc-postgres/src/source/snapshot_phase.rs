@@ -197,10 +197,4 @@ impl SnapshotPhase {
     }
 }
 
-/// A reference of its own to `schema` for one batch of snapshot rows (a COPY message, a
-/// chunk). Every row clones it where it is made and drops it on the sink's thread; with
-/// one reference for all rows, both threads would bump one count at once and its cache
-/// line would bounce between the cores.
-pub(super) fn schema_for_rows(schema: &cdc_core::TableSchema) -> cdc_core::SchemaRef {
-    std::sync::Arc::new(schema.clone())
-}
+pub(super) use cdc_pgoutput::backfill::online::schema_for_rows;

@@ -1,96 +1,36 @@
-//! Keys only the server can compare (text under a linguistic collation, enums, `inet`,
-//! …): the merge needs their comparisons with its boundaries before it passes their
-//! events (`Backfill::comparisons_needed`). Such an event, and everything the stream
-//! produces after it — events, transaction ends, idle progress — is held in stream order;
-//! once what has arrived is taken in (or enough is held), one query per table has the
-//! server compare every held key with every boundary, and the held items go on in order.
-//! Nothing is placed while items are held (`may_place`), so the boundaries cannot move
-//! under them; nothing held reaches a batch, so no token covers it, and a lost connection
-//! streams it again.
+//! Keys only the server can compare: the driver's part. `OnlineSnapshot` holds the
+//! streamed items that wait for comparisons and names the comparisons it needs; this
+//! asks the server (one query per table, every key against every boundary) and hands the
+//! answers back.
 
 use std::cmp::Ordering;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Instant;
 
-use cdc_core::{Error, Lsn, Result};
+use cdc_core::{Error, Result};
 use cdc_pgoutput::backfill::merge::Comparison;
 
-use super::parts::Held;
-use super::{BackfillPhase, RETRY_DELAY};
+use super::BackfillPhase;
 use crate::conn::sql_session::SqlSession;
 use crate::snapshot::compare_keys;
 use crate::source::pending::EventQueue;
 use cdc_pgoutput::backfill::token_progress::key_text;
 
 impl BackfillPhase {
-    /// How many items are held.
-    pub(crate) fn held_len(&self) -> usize {
-        self.held.len()
-    }
-
-    /// Holds the end of a transaction behind the held events; false when nothing is held
-    /// (the caller queues it).
-    pub(crate) fn hold_end(&mut self, end: Lsn) -> bool {
-        if self.held.is_empty() {
-            return false;
-        }
-        self.held.push_back(Held::End(end));
-        true
-    }
-
-    /// Whether [`Self::resolve_held`] should run now (items are held, and no failed
-    /// attempt asks to wait).
-    pub(crate) fn wants_resolving(&self) -> bool {
-        !self.held.is_empty() && self.compare_not_before.is_none_or(|t| Instant::now() >= t)
-    }
-
     /// Has the server compare the held events' keys, then passes every held item on in
     /// order. A lost connection leaves them held, to be tried again shortly.
     pub(crate) async fn resolve_held(&mut self, out: &mut EventQueue<'_>) -> Result<()> {
-        let mut needed: Vec<Comparison> = Vec::new();
-        let mut seen = HashSet::new();
-        for held in &self.held {
-            if let Held::Event(event) = held {
-                for comparison in self.merge.comparisons_needed(event)? {
-                    let id = (
-                        comparison.table,
-                        key_text(&comparison.key)?,
-                        key_text(&comparison.boundary)?,
-                    );
-                    if seen.insert(id) {
-                        needed.push(comparison);
-                    }
-                }
-            }
-        }
+        let needed = self.state.comparisons_needed()?;
         match self.ask_server(&needed).await {
-            Ok(answers) => {
-                for (comparison, ordering) in needed.iter().zip(answers) {
-                    self.merge.learn_comparison(comparison, ordering)?;
-                }
-            }
+            Ok(answers) => self.state.comparisons_answered(&needed, answers, out),
             Err(e) if e.is_transient() => {
                 tracing::warn!(error = %e, "cannot compare primary keys on the server; retrying");
                 self.comparer = None;
-                self.compare_not_before = Some(Instant::now() + RETRY_DELAY * 20);
-                return Ok(());
+                self.state.comparisons_failed(Instant::now());
+                Ok(())
             }
-            Err(e) => return Err(e),
+            Err(e) => Err(e),
         }
-        self.compare_not_before = None;
-        while let Some(held) = self.held.pop_front() {
-            match held {
-                Held::Event(event) => {
-                    if let Some(event) = self.pass(event)? {
-                        out.push_back(event);
-                    }
-                }
-                Held::End(end) => out.push_end(end),
-                Held::Idle(lsn) => self.merge.progress(lsn),
-            }
-        }
-        self.merge.forget_comparisons();
-        Ok(())
     }
 
     /// The server's answer to each of `needed`, in order: one query per table, every key
@@ -111,9 +51,9 @@ impl BackfillPhase {
         tables.dedup();
         for table in tables {
             let Some(catalog) = self
-                .catalog
-                .get(table)
-                .and_then(|&index| self.tables.get(index))
+                .state
+                .catalog_index(table)
+                .and_then(|index| self.tables.get(index))
             else {
                 return Err(Error::protocol(
                     "internal: a comparison for an unknown table",

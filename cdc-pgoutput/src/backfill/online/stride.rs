@@ -8,17 +8,15 @@
 //! last chunk is always the next `chunk_rows` rows after the last estimated end, so the
 //! table's end is found as without estimates.
 
-use cdc_core::Value;
-
-use crate::catalog::CatalogTable;
+use cdc_core::{TableSchema, Value};
 
 /// The values a single-column integer primary key can take (`smallint`, `integer`,
 /// `bigint`), or `None` for any other key.
-pub(super) fn integer_key_range(table: &CatalogTable) -> Option<(i128, i128)> {
-    let [key] = table.schema.primary_key.as_slice() else {
+pub fn integer_key_range(schema: &TableSchema) -> Option<(i128, i128)> {
+    let [key] = schema.primary_key.as_slice() else {
         return None;
     };
-    let column = table.schema.columns.iter().find(|c| &c.name == key)?;
+    let column = schema.columns.iter().find(|c| &c.name == key)?;
     match column.column_type.oid {
         21 => Some((i16::MIN.into(), i16::MAX.into())),
         23 => Some((i32::MIN.into(), i32::MAX.into())),

@@ -2,21 +2,18 @@
 //! transactions, each chunk between its markers, with the table's and the snapshot's
 //! start and completion around them, and what the resume token needs of each.
 
-use std::sync::Arc;
+use cdc_core::{
+    BackfillWindow, ChangeEvent, Error, EventKind, Lsn, Position, Row, SchemaRef, SnapshotMarker,
+};
 
-use cdc_core::{BackfillWindow, ChangeEvent, EventKind, Position, Result, SnapshotMarker};
-use cdc_pgoutput::backfill::merge::{ChunkEnd, Frontier, key_of};
-use cdc_pgoutput::backfill::xid_snapshot::XidSnapshot;
+use super::super::merge::{ChunkEnd, Frontier, key_of};
+use super::super::token_progress::{ChunkRecord, ChunkRows, Step, key_text};
+use super::super::xid_snapshot::XidSnapshot;
+use super::parts::{ChunkRead, Request};
+use super::{OnlineSnapshot, parse_key};
+use crate::machine::batches::EventQueue;
 
-use super::super::backfill_keys::parse_key;
-use super::BackfillPhase;
-use super::parts::Request;
-use crate::snapshot::ChunkRead;
-use crate::source::pending::EventQueue;
-use cdc_pgoutput::backfill::token_progress::key_text;
-use cdc_pgoutput::backfill::token_progress::{ChunkRecord, ChunkRows, Step};
-
-impl BackfillPhase {
+impl OnlineSnapshot {
     /// What goes before a table's next chunk at the anchor: a TRUNCATE of it when its
     /// copy starts over (then the sink holds nothing of it when the rows come), and its
     /// `TableStarted` marker before its `first` chunk.
@@ -28,7 +25,7 @@ impl BackfillPhase {
     pub(super) fn open_table(
         &mut self,
         index: usize,
-        schema: &cdc_core::SchemaRef,
+        schema: &SchemaRef,
         first: bool,
         out: &mut EventQueue<'_>,
     ) {
@@ -36,7 +33,7 @@ impl BackfillPhase {
             let position = self.anchor_position();
             self.announced = Some(position);
             out.push_back(ChangeEvent {
-                lsn: cdc_core::Lsn::ZERO,
+                lsn: Lsn::ZERO,
                 position,
                 kind: EventKind::Snapshot(SnapshotMarker::Started),
             });
@@ -45,7 +42,7 @@ impl BackfillPhase {
             self.truncate_first.swap_remove(at);
             let position = self.anchor_position();
             out.push_back(ChangeEvent {
-                lsn: cdc_core::Lsn::ZERO,
+                lsn: Lsn::ZERO,
                 position,
                 kind: EventKind::Truncate {
                     tables: vec![schema.clone()],
@@ -61,7 +58,7 @@ impl BackfillPhase {
         if first {
             let position = self.anchor_position();
             out.push_back(ChangeEvent {
-                lsn: cdc_core::Lsn::ZERO,
+                lsn: Lsn::ZERO,
                 position,
                 kind: EventKind::Snapshot(SnapshotMarker::TableStarted(schema.name.clone())),
             });
@@ -76,18 +73,18 @@ impl BackfillPhase {
     /// `key_columns`) and the position of the last marker.
     pub(super) fn place_rows(
         &mut self,
-        schema: &cdc_core::SchemaRef,
+        schema: &SchemaRef,
         chunk: u64,
-        rows: Vec<cdc_core::Row>,
+        rows: Vec<Row>,
         key_columns: &[usize],
         table_rows: Option<u64>,
         out: &mut EventQueue<'_>,
     ) -> (ChunkRows, Position) {
         let table = &schema.name;
-        let schema = &super::super::snapshot_phase::schema_for_rows(schema);
+        let schema = &schema_for_rows(schema);
         let position = self.anchor_position();
         out.push_back(ChangeEvent {
-            lsn: cdc_core::Lsn::ZERO,
+            lsn: Lsn::ZERO,
             position,
             kind: EventKind::Snapshot(SnapshotMarker::ChunkStarted {
                 table: table.clone(),
@@ -100,7 +97,7 @@ impl BackfillPhase {
             let position = self.anchor_position();
             first.get_or_insert(position);
             out.push_back(ChangeEvent {
-                lsn: cdc_core::Lsn::ZERO,
+                lsn: Lsn::ZERO,
                 position,
                 kind: EventKind::Insert {
                     table: schema.clone(),
@@ -110,7 +107,7 @@ impl BackfillPhase {
         }
         let mut end = self.anchor_position();
         out.push_back(ChangeEvent {
-            lsn: cdc_core::Lsn::ZERO,
+            lsn: Lsn::ZERO,
             position: end,
             kind: EventKind::Snapshot(SnapshotMarker::ChunkCompleted {
                 table: table.clone(),
@@ -121,7 +118,7 @@ impl BackfillPhase {
         if let Some(total) = table_rows {
             end = self.anchor_position();
             out.push_back(ChangeEvent {
-                lsn: cdc_core::Lsn::ZERO,
+                lsn: Lsn::ZERO,
                 position: end,
                 kind: EventKind::Snapshot(SnapshotMarker::TableCompleted {
                     table: table.clone(),
@@ -131,7 +128,7 @@ impl BackfillPhase {
             if !self.copies() {
                 end = self.anchor_position();
                 out.push_back(ChangeEvent {
-                    lsn: cdc_core::Lsn::ZERO,
+                    lsn: Lsn::ZERO,
                     position: end,
                     kind: EventKind::Snapshot(SnapshotMarker::Completed {
                         consistent_point: self.merge.processed(),
@@ -151,14 +148,12 @@ impl BackfillPhase {
     /// its end may have gone since the boundaries were found), unless it was cut short at
     /// its cap; a chunk of the next rows at its last row; a read that reached the table's
     /// end at the table's end.
-    pub(super) fn chunk_end(&self, request: &Request, read: &ChunkRead) -> Result<ChunkEnd> {
+    pub(super) fn chunk_end(&self, request: &Request, read: &ChunkRead) -> Result<ChunkEnd, Error> {
         let (Some(state), Some(table)) = (
             self.merge.tables().get(request.index),
             self.tables.get(request.catalog_index),
         ) else {
-            return Err(cdc_core::Error::protocol(
-                "internal: chunk of an unknown table",
-            ));
+            return Err(Error::protocol("internal: chunk of an unknown table"));
         };
         let key_columns = &state.key_columns;
         Ok(match (&request.upto, read.rows.last()) {
@@ -179,7 +174,7 @@ impl BackfillPhase {
         snapshot: XidSnapshot,
         end: ChunkEnd,
         out: &mut EventQueue<'_>,
-    ) -> Result<()> {
+    ) -> Result<(), Error> {
         let index = request.index;
         let Some(state) = self.merge.tables().get(index) else {
             return Ok(());
@@ -191,7 +186,7 @@ impl BackfillPhase {
             Frontier::UpTo(key) => Some(key_text(key)?),
             _ => None,
         };
-        let tables = Arc::clone(&self.tables);
+        let tables = std::sync::Arc::clone(&self.tables);
         let Some(table_entry) = self.catalog.get(index).and_then(|&c| tables.get(c)) else {
             return Ok(());
         };
@@ -230,4 +225,12 @@ impl BackfillPhase {
         }));
         Ok(())
     }
+}
+
+/// A reference of its own to `schema` for one batch of snapshot rows (a COPY message, a
+/// chunk). Every row clones it where it is made and drops it on the sink's thread; with
+/// one reference for all rows, both threads would bump one count at once and its cache
+/// line would bounce between the cores.
+pub fn schema_for_rows(schema: &cdc_core::TableSchema) -> SchemaRef {
+    std::sync::Arc::new(schema.clone())
 }
