@@ -98,6 +98,14 @@ pub struct OnlineSnapshot {
     held: VecDeque<Held>,
     /// After a comparison failed on a lost connection: not again before this.
     compare_not_before: Option<Instant>,
+    /// A deliberate mistake for the source simulation's fault test: chunks are placed
+    /// without checking that their snapshot shows what the stream passed.
+    #[cfg(test)]
+    pub(crate) fault_skip_visibility: bool,
+    /// A deliberate mistake: events sent again after a reconnect or restart act on the
+    /// merge as if new (the bug the source simulation found at seed 7964).
+    #[cfg(test)]
+    pub(crate) fault_forget_floor: bool,
 }
 
 impl OnlineSnapshot {
@@ -213,6 +221,10 @@ impl OnlineSnapshot {
             server_ordered,
             held: VecDeque::new(),
             compare_not_before: None,
+            #[cfg(test)]
+            fault_skip_visibility: false,
+            #[cfg(test)]
+            fault_forget_floor: false,
         })
     }
 
@@ -243,6 +255,11 @@ impl OnlineSnapshot {
         phase.announced = self
             .announced
             .filter(|&at| after.is_some_and(|handed_out| at <= handed_out));
+        #[cfg(test)]
+        {
+            phase.fault_skip_visibility = self.fault_skip_visibility;
+            phase.fault_forget_floor = self.fault_forget_floor;
+        }
         Ok(phase)
     }
 
@@ -358,6 +375,20 @@ impl OnlineSnapshot {
     /// only the server can compare, and every one after it, is held instead until
     /// [`Self::comparisons_answered`].
     pub fn on_event(&mut self, event: ChangeEvent) -> Result<Option<ChangeEvent>, Error> {
+        #[cfg(test)]
+        let floor = self.floor.filter(|_| !self.fault_forget_floor);
+        #[cfg(not(test))]
+        let floor = self.floor;
+        if floor.is_some_and(|floor| event.position <= floor)
+            && !matches!(event.kind, EventKind::Begin(_) | EventKind::Commit(_))
+        {
+            // Sent again after a reconnect or a restart: already handed out, and its
+            // effect on the copy is in the progress this phase began from (a TRUNCATE
+            // seen again would start the table's copy over a second time, with the
+            // sink still holding the chunks placed after the first). The batches drop
+            // it. (Begin and Commit go through: the merge follows transactions by them.)
+            return Ok(Some(event));
+        }
         if self.server_ordered
             && (!self.held.is_empty() || !self.merge.comparisons_needed(&event)?.is_empty())
         {

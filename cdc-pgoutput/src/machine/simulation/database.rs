@@ -43,8 +43,8 @@ impl TableDef {
 }
 
 /// `int8`, `int4` and `text`.
-const INT8: u32 = 20;
-const INT4: u32 = 23;
+pub(super) const INT8: u32 = 20;
+pub(super) const INT4: u32 = 23;
 const TEXT: u32 = 25;
 
 /// The tables: integer, composite and text primary keys, and one without a key.
@@ -175,6 +175,34 @@ enum Undo {
     RestoreAll { table: usize, rows: Vec<Row> },
 }
 
+impl Undo {
+    fn table(&self) -> usize {
+        match self {
+            Undo::Remove { table, .. }
+            | Undo::Restore { table, .. }
+            | Undo::Replace { table, .. }
+            | Undo::RestoreAll { table, .. } => *table,
+        }
+    }
+}
+
+/// Undoes `undo` on `rows`, the rows of `table` (nothing for another table's undo).
+fn undo_on(rows: &mut Vec<Row>, table: usize, undo: &Undo) {
+    if undo.table() != table {
+        return;
+    }
+    match undo {
+        Undo::Remove { id, .. } => rows.retain(|r| r.id != *id),
+        Undo::Restore { row, .. } => rows.push(row.clone()),
+        Undo::Replace { id, old, .. } => {
+            if let Some(row) = rows.iter_mut().find(|r| r.id == *id) {
+                row.values.clone_from(old);
+            }
+        }
+        Undo::RestoreAll { rows: taken, .. } => rows.extend(taken.iter().cloned()),
+    }
+}
+
 #[derive(Debug)]
 struct OpenTx {
     xid: u32,
@@ -204,8 +232,14 @@ pub(super) struct Database {
     open: Vec<OpenTx>,
     /// Prepared transactions: ended by no session, holding their locks.
     prepared: Vec<OpenTx>,
+    /// Committed transactions not yet visible to new snapshots (their backend still
+    /// waits, e.g. for a synchronous standby): the commit record is in the WAL, the
+    /// locks are held, snapshots see them in progress.
+    invisible: Vec<OpenTx>,
     /// Percent chance that a transaction ending prepares first.
     prepare_percent: u64,
+    /// Percent chance that a commit stays invisible for a while.
+    lag_percent: u64,
     locks: HashMap<LockKey, u32>,
     /// Tables a TRUNCATE holds exclusively, until its transaction ends.
     exclusive: HashMap<usize, u32>,
@@ -227,7 +261,9 @@ impl Database {
             tables: vec![Vec::new(); TABLES.len()],
             open: Vec::new(),
             prepared: Vec::new(),
+            invisible: Vec::new(),
             prepare_percent,
+            lag_percent: 0,
             locks: HashMap::new(),
             exclusive: HashMap::new(),
             next_xid: 700,
@@ -237,9 +273,66 @@ impl Database {
         }
     }
 
+    /// Makes `percent` of commits stay invisible for a while after their commit record.
+    pub(super) fn with_visibility_lag(mut self, percent: u64) -> Self {
+        self.lag_percent = percent;
+        self
+    }
+
     /// Whether the workload is over: every transaction begun and ended.
     pub(super) fn done(&self) -> bool {
-        self.budget == 0 && self.open.is_empty() && self.prepared.is_empty()
+        self.quiet() && self.budget == 0
+    }
+
+    /// Whether no transaction is open, prepared or invisible (a replication slot created
+    /// now is consistent at once).
+    pub(super) fn quiet(&self) -> bool {
+        self.open.is_empty() && self.prepared.is_empty() && self.invisible.is_empty()
+    }
+
+    /// The WAL insert position (`pg_current_wal_insert_lsn()`): where the last record
+    /// ends, as the walsender reports it once it decoded that record.
+    pub(super) fn insert_position(&self) -> Lsn {
+        match self.wal.len().checked_sub(1) {
+            Some(last) => record_end(last),
+            None => record_lsn(0),
+        }
+    }
+
+    /// `pg_current_snapshot()` now, in its text form: every transaction open, prepared or
+    /// committed but not yet visible is in progress.
+    pub(super) fn snapshot_text(&self) -> String {
+        let mut running: Vec<u32> = self
+            .open
+            .iter()
+            .chain(&self.prepared)
+            .chain(&self.invisible)
+            .map(|t| t.xid)
+            .collect();
+        running.sort_unstable();
+        let xmax = self.next_xid + 1;
+        let xmin = running.first().copied().unwrap_or(xmax);
+        let xip: Vec<String> = running.iter().map(u32::to_string).collect();
+        format!("{xmin}:{xmax}:{}", xip.join(","))
+    }
+
+    /// The rows of `table` a snapshot taken now sees (the changes of every transaction
+    /// in progress for it undone), in no particular order.
+    pub(super) fn visible_rows(&self, table: usize) -> Vec<Values> {
+        let mut rows = self.tables.get(table).cloned().unwrap_or_default();
+        // Locks keep transactions in progress off each other's rows (and a TRUNCATE
+        // waits for every other), so each one's changes are undone on their own.
+        for tx in self
+            .open
+            .iter()
+            .chain(&self.prepared)
+            .chain(&self.invisible)
+        {
+            for (_, undo) in tx.undo.iter().rev() {
+                undo_on(&mut rows, table, undo);
+            }
+        }
+        rows.into_iter().map(|r| r.values).collect()
     }
 
     /// The committed contents (with every transaction ended): per table, each row's
@@ -264,6 +357,13 @@ impl Database {
     /// or rolls back a savepoint, commits or aborts.
     pub(super) fn step(&mut self, rng: &mut SeedRng) {
         let nothing_else = self.budget == 0 && self.open.is_empty();
+        if !self.invisible.is_empty() && (nothing_else || rng.chance(15)) {
+            // The oldest waiting backend goes on: its commit becomes visible, its locks
+            // are released.
+            let tx = self.invisible.remove(0);
+            self.release(tx.xid);
+            return;
+        }
         if !self.prepared.is_empty() && (nothing_else || rng.chance(8)) {
             let at = rng.below(self.prepared.len() as u64) as usize;
             self.finish_prepared(at, !rng.chance(25));
@@ -518,11 +618,12 @@ impl Database {
         if other != table && rng.chance(30) {
             tables.push(other);
         }
-        // Prepared transactions hold their locks too.
+        // Prepared transactions hold their locks too, and so do invisible ones.
         let blocked = tables.iter().any(|t| {
             self.open
                 .iter()
                 .chain(&self.prepared)
+                .chain(&self.invisible)
                 .any(|o| o.xid != xid && o.touched.contains(t))
                 || self.exclusive.get(t).is_some_and(|&h| h != xid)
         });
@@ -547,31 +648,8 @@ impl Database {
     }
 
     fn undo(&mut self, undo: Undo) {
-        match undo {
-            Undo::Remove { table, id } => {
-                if let Some(rows) = self.tables.get_mut(table) {
-                    rows.retain(|r| r.id != id);
-                }
-            }
-            Undo::Restore { table, row } => {
-                if let Some(rows) = self.tables.get_mut(table) {
-                    rows.push(row);
-                }
-            }
-            Undo::Replace { table, id, old } => {
-                if let Some(row) = self
-                    .tables
-                    .get_mut(table)
-                    .and_then(|rows| rows.iter_mut().find(|r| r.id == id))
-                {
-                    row.values = old;
-                }
-            }
-            Undo::RestoreAll { table, rows } => {
-                if let Some(live) = self.tables.get_mut(table) {
-                    live.extend(rows);
-                }
-            }
+        if let Some(rows) = self.tables.get_mut(undo.table()) {
+            undo_on(rows, undo.table(), &undo);
         }
     }
 
@@ -647,14 +725,31 @@ impl Database {
     /// Ends `tx` (its changes kept or undone, its locks released), as `statement` and
     /// `record` say.
     fn finish(&mut self, tx: OpenTx, commit: bool, statement: Statement, record: Record) {
+        self.statements.push(statement);
+        self.wal.push(record);
         if !commit {
             for (_, u) in tx.undo.into_iter().rev() {
                 self.undo(u);
             }
+        } else if self.lag_percent > 0 && self.rng_lag() {
+            // Visible (and its locks released) at a later step.
+            self.invisible.push(tx);
+            return;
         }
-        self.locks.retain(|_, holder| *holder != tx.xid);
-        self.exclusive.retain(|_, holder| *holder != tx.xid);
-        self.statements.push(statement);
-        self.wal.push(record);
+        self.release(tx.xid);
+    }
+
+    /// Whether the next commit lags: every `lag_percent`-th in a fixed pattern drawn
+    /// from the commit count, so the workload's own draws stay as they were.
+    fn rng_lag(&self) -> bool {
+        let commits = self.wal.len() as u64;
+        SeedRng(commits.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(self.next_xid))
+            .chance(self.lag_percent)
+    }
+
+    /// Releases the locks `xid` holds.
+    fn release(&mut self, xid: u32) {
+        self.locks.retain(|_, holder| *holder != xid);
+        self.exclusive.retain(|_, holder| *holder != xid);
     }
 }

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use cdc_core::{ChangeBatch, EventKind, Lsn, OldRow, Position, Value};
+use cdc_core::{BackfillProgress, ChangeBatch, EventKind, Lsn, OldRow, Position, Value};
 
 use super::database::{TABLES, TableDef, Values};
 
@@ -17,10 +17,12 @@ use super::database::{TABLES, TableDef, Values};
 pub(super) type Contents = Vec<BTreeMap<Values, (Values, usize)>>;
 
 /// What a sink's commit records with its data: how far the stream is covered.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Token {
     pub position: Option<Position>,
     pub commit_end: Option<Lsn>,
+    /// The online snapshot's progress, as `PgSource` writes it into its tokens.
+    pub backfill: Option<BackfillProgress>,
 }
 
 /// The sink.
@@ -52,14 +54,14 @@ impl Sink {
     /// Commits what was applied: `Some` with the position the pipeline confirms.
     pub(super) fn commit(&mut self) -> Option<Lsn> {
         self.durable.clone_from(&self.working);
-        self.durable_token = self.working_token;
+        self.durable_token.clone_from(&self.working_token);
         self.durable_token.commit_end
     }
 
     /// Crashes: everything not committed is gone.
     pub(super) fn crash(&mut self) {
         self.working.clone_from(&self.durable);
-        self.working_token = self.durable_token;
+        self.working_token.clone_from(&self.durable_token);
     }
 
     /// Applies `batch`, which the source's token after it covers as `token`.
@@ -107,6 +109,8 @@ impl Sink {
                         }
                     }
                 }
+                // The online snapshot's progress markers.
+                EventKind::Snapshot(_) => {}
                 other => return Err(format!("unexpected event at {at:?}: {other:?}")),
             }
         }

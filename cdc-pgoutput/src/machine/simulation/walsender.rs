@@ -512,7 +512,7 @@ fn new_files(change: &Change) -> Vec<u32> {
     }
 }
 
-fn relation(table: &TableDef, xid: Option<u32>) -> PgOutputMessage {
+pub(super) fn relation(table: &TableDef, xid: Option<u32>) -> PgOutputMessage {
     let full = table.key.is_empty();
     PgOutputMessage::Relation(Relation {
         xid,
