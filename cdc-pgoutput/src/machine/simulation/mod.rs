@@ -180,7 +180,7 @@ impl Sim {
         }
         // An online snapshot in two seeds of five, drawn apart too; half of those with
         // commits that become visible late.
-        let mut online = SeedRng(seed ^ 0x004f_4e4c_494e_45);
+        let mut online = SeedRng(seed ^ 0x0000_4f4e_4c49_4e45);
         if online.chance(40) {
             settings.online = Some(OnlineRules {
                 chunk_rows: 1 + online.below(5) as usize,
