@@ -192,3 +192,70 @@ async fn a_consumer_crash_among_chunk_rows_continues_the_snapshot() {
 async fn a_consumer_crash_before_the_first_checkpoint_starts_the_snapshot_over() {
     online_snapshot_with_faults(&[(Fault::ConsumerCrash, 0)]).await;
 }
+
+/// Found by the source simulation (seed 7964): a table TRUNCATEd while its copy runs
+/// starts the copy over; after a lost connection the stream sends that TRUNCATE again
+/// (the slot is not confirmed past it), and it must not start the copy over a second
+/// time — the sink holds the chunks placed after the first, and the TRUNCATE itself is
+/// dropped as already handed out, so the rows would come twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncate_sent_again_after_a_reconnect_does_not_restart_the_copy_twice() {
+    let cluster = Cluster::new().await.unwrap();
+    cluster
+        .execute(
+            "CREATE TABLE public.tt (id int PRIMARY KEY, v text);
+             INSERT INTO public.tt SELECT g, 'old' FROM generate_series(1, 3000) g;
+             CREATE PUBLICATION pub FOR TABLE public.tt;",
+        )
+        .await
+        .unwrap();
+    // Nothing becomes durable: the slot stays at its start, before the TRUNCATE.
+    let handle = MemoryHandle::new(cdc_sinks::memory::MemorySinkOptions {
+        async_checkpoints: true,
+        ..Default::default()
+    });
+    let table = cdc_core::TableName::new("public", "tt");
+    let mut running = spawn(online(&cluster, &["public.tt"], 5), &handle);
+    assert!(
+        handle
+            .wait_until(Duration::from_secs(30), |h| h.row_count(&table) >= 50)
+            .await
+    );
+    cluster
+        .execute(
+            "TRUNCATE public.tt;
+             INSERT INTO public.tt SELECT g, 'new' FROM generate_series(10001, 13000) g;",
+        )
+        .await
+        .unwrap();
+    // The copy started over: some of its new chunks are in the sink, most are not.
+    assert!(
+        handle
+            .wait_until(Duration::from_secs(30), |h| {
+                let rows = h.rows_text(&table);
+                rows.len() >= 20
+                    && rows.iter().all(|r| {
+                        r.first()
+                            .and_then(|v| v.as_deref())
+                            .is_some_and(|id| id.len() == 5)
+                    })
+            })
+            .await,
+        "the copy did not start over after the TRUNCATE"
+    );
+    cluster.terminate_walsenders().await.unwrap();
+    running
+        .wait_for_equal(&cluster, &handle, &["public.tt"], Duration::from_secs(120))
+        .await;
+    // A graceful stop waits for its last checkpoint: let them all complete.
+    let completer = handle.clone();
+    let completing = tokio::spawn(async move {
+        loop {
+            completer.complete_pending_checkpoints();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    running.stop().await;
+    completing.abort();
+    assert_no_position_twice_and_no_anomaly(&handle);
+}
