@@ -10,12 +10,15 @@
 //! - [`schedule`]: the streaming loop's choice of its next step, and how long it waits.
 //! - [`start`]: where a run starts (resume, a new slot, which copy) from the token, the
 //!   slot and the configured snapshot.
+//! - [`table_set`]: which tables a resumed stream copies, from the token's record and the
+//!   configured tables.
 
 pub mod batches;
 pub mod progress;
 pub mod schedule;
 pub mod source;
 pub mod start;
+pub mod table_set;
 
 #[cfg(test)]
 mod simulation;

@@ -167,7 +167,7 @@ impl BackfillPhase {
         BackfillProgress {
             tables: tables
                 .iter()
-                .map(|t| super::table_set::new_entry(&t.schema.name, done))
+                .map(|t| cdc_pgoutput::machine::table_set::new_entry(&t.schema.name, done))
                 .collect(),
             unshown_xids: Vec::new(),
         }

@@ -18,7 +18,6 @@ mod snapshot_phase;
 mod spill;
 mod start;
 mod stats;
-mod table_set;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

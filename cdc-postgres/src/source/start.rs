@@ -11,7 +11,6 @@ use cdc_core::{
 use super::PgSource;
 use super::backfill_phase::{BackfillOptions, BackfillPhase};
 use super::snapshot_phase::SnapshotPhase;
-use super::table_set::{self, AddedTables};
 use crate::catalog::{self, CatalogTable};
 use crate::conn::{
     CreateSlotOptions, CreatedSlot, PgOutputOptions, PreflightOptions, ReplicationConnection,
@@ -26,6 +25,7 @@ use cdc_pgoutput::machine::start::{
     AfterNewSlot, SlotFacts, SnapshotChoice, StartFacts, StartPlan, TokenFacts, plan,
     refuse_configuration, slot_must_exist,
 };
+use cdc_pgoutput::machine::table_set::{self, AddedTables};
 use cdc_pgoutput::protocol::pgoutput::ProtocolVersion;
 use cdc_pgoutput::types::TypeRegistry;
 

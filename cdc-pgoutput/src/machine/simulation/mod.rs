@@ -34,7 +34,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cdc_core::{BackfillProgress, Lsn, TableBackfill, TableName};
+use cdc_core::{BackfillProgress, Lsn, TableName};
 
 use self::backfill::{SimBackfill, online_tables};
 use self::database::{Database, TABLES};
@@ -42,6 +42,7 @@ use self::sink::{Sink, Token};
 use self::walsender::{Walsender, WalsenderOptions};
 use super::batches::{BatchRules, EventQueue};
 use super::source::{Action, Fault, MachineConfig, Phase, SourceMachine, StreamMerge};
+use super::table_set::new_entry;
 use crate::backfill::online::{OnlineRules, OnlineSnapshot, OnlineTable};
 use crate::changes::{AssemblerConfig, ChangeAssembler, MemorySpill, MessageFilter, TableRouting};
 use crate::protocol::pgoutput::{DecoderOptions, PgOutputDecoder, ProtocolVersion};
@@ -322,15 +323,7 @@ impl Sim {
             tables: self
                 .tables
                 .iter()
-                .map(|t| TableBackfill {
-                    table: t.schema.name.clone(),
-                    done: false,
-                    removed: false,
-                    upto: None,
-                    chunks: 0,
-                    rows: 0,
-                    windows: Vec::new(),
-                })
+                .map(|t| new_entry(&t.schema.name, false))
                 .collect(),
             unshown_xids: Vec::new(),
         }

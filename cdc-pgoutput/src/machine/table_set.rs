@@ -16,7 +16,7 @@ use cdc_core::{BackfillProgress, TableBackfill, TableName};
 
 /// What happens to a table new to the stream (or back in it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum AddedTables {
+pub enum AddedTables {
     /// Copied online, while the stream runs.
     Copy,
     /// Not copied: its changes are streamed from here on (snapshot mode `never`).
@@ -25,24 +25,24 @@ pub(super) enum AddedTables {
 
 /// The table set a resumed run starts from.
 #[derive(Debug, PartialEq)]
-pub(super) struct TableSet {
+pub struct TableSet {
     /// The progress to start the backfill from (every configured table, plus the
     /// removed ones).
-    pub(super) progress: BackfillProgress,
+    pub progress: BackfillProgress,
     /// The token recorded no table set (written before pgcdc kept one): the configured
     /// tables were taken as the ones the sink holds.
-    pub(super) adopted: bool,
+    pub adopted: bool,
     /// Tables new to the stream.
-    pub(super) added: Vec<TableName>,
+    pub added: Vec<TableName>,
     /// Tables back in the stream after a run without them.
-    pub(super) returned: Vec<TableName>,
+    pub returned: Vec<TableName>,
     /// Tables that left the stream in this run.
-    pub(super) left: Vec<TableName>,
+    pub left: Vec<TableName>,
 }
 
 /// The progress a run streaming `configured` starts from, given the token's `recorded`
 /// progress (`None`: a token that records no table set).
-pub(super) fn resume(
+pub fn resume(
     recorded: Option<BackfillProgress>,
     configured: &[TableName],
     added_tables: AddedTables,
@@ -93,7 +93,7 @@ pub(super) fn resume(
 }
 
 /// A table's entry before anything of it was copied (`done`: nothing is to be).
-pub(super) fn new_entry(table: &TableName, done: bool) -> TableBackfill {
+pub fn new_entry(table: &TableName, done: bool) -> TableBackfill {
     TableBackfill {
         table: table.clone(),
         done,
