@@ -77,8 +77,9 @@ pub enum Command {
     #[command(after_help = EXIT_CODES)]
     Demo(DemoArgs),
     /// Stream a publication's tables: an initial snapshot, then every change, to stdout,
-    /// to one durable Feldera JSON file per table (--out-dir), or to a NATS JetStream
-    /// stream (--sink nats://…); with a file or JetStream, rerunning resumes exactly.
+    /// to one durable Feldera JSON file per table (--out-dir; Debezium records with
+    /// --format debezium), or to a NATS JetStream stream (--sink nats://…); with files or
+    /// JetStream, rerunning resumes exactly.
     #[command(after_help = EXIT_CODES)]
     Stream(Box<StreamArgs>),
     /// Check that a source is ready to stream; list every problem with its fix. Exits
@@ -183,9 +184,10 @@ pub struct StreamArgs {
     /// a reader of the checkpointed files; a checkpoint of nothing new costs nothing.
     #[arg(long, value_parser = duration_between(CHECKPOINT_INTERVAL), default_value = "100ms")]
     pub checkpoint_interval: Duration,
-    /// Output format on stdout: Feldera JSON envelopes with a `table` key, Debezium
-    /// records (`debezium`: key, change-event envelope and destination, one per line),
-    /// one JSON object per event (`json`, debugging), or readable text.
+    /// Output format: Feldera JSON envelopes with a `table` key, Debezium records
+    /// (`debezium`: key, change-event envelope and destination, one per line; with
+    /// --out-dir, all in `changes.json`), one JSON object per event (`json`, debugging,
+    /// stdout only), or readable text (stdout only).
     #[arg(long, value_enum, default_value_t = FormatArg::Feldera)]
     pub format: FormatArg,
     /// With --format debezium: the name in every record (`source.name`, and the first part

@@ -106,8 +106,12 @@ async fn pgcdc_writes_what_debezium_writes() {
 async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str, transactions: bool) {
     let cluster = Cluster::new().await.unwrap();
     cluster.execute(SETUP).await.unwrap();
+    // One slot for the records on stdout, one for the same records in --out-dir.
     cluster
-        .execute("SELECT pg_create_logical_replication_slot('pgcdc_slot', 'pgoutput')")
+        .execute(
+            "SELECT pg_create_logical_replication_slot('pgcdc_slot', 'pgoutput'), \
+             pg_create_logical_replication_slot('pgcdc_files', 'pgoutput')",
+        )
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -156,13 +160,28 @@ async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str, transa
     if transactions {
         pgcdc_args.push("--debezium-transactions");
     }
-    let output = run(pgcdc(pgcdc_args), TIMEOUT);
+    let output = run(pgcdc(pgcdc_args.clone()), TIMEOUT);
     assert!(
         output.status.success(),
         "pgcdc failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     let ours = lines(&String::from_utf8_lossy(&output.stdout));
+    // The same records through the file sink: one line each in `changes.json`.
+    let files = dir.path().join("out");
+    let files_arg = files.to_string_lossy().into_owned();
+    let mut file_args = pgcdc_args.clone();
+    if let Some(slot) = file_args.iter().position(|a| *a == "pgcdc_slot") {
+        file_args[slot] = "pgcdc_files";
+    }
+    file_args.extend(["--out-dir", &files_arg]);
+    let output = run(pgcdc(file_args), TIMEOUT);
+    assert!(
+        output.status.success(),
+        "pgcdc --out-dir failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let ours_in_files = lines(&std::fs::read_to_string(files.join("changes.json")).unwrap());
 
     let status = wait_status(&mut debezium, TIMEOUT);
     assert!(
@@ -192,11 +211,13 @@ async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str, transa
         with_schema, schemas,
         "Debezium's records and schemas.enable={schemas}"
     );
+    let variant = format!("schemas {schemas}, decimals {decimals}, time {time}, binary {binary}");
+    debezium::assert_same_records(&ours, &theirs, comparable, &variant, usize::MAX);
     debezium::assert_same_records(
-        &ours,
+        &ours_in_files,
         &theirs,
         comparable,
-        &format!("schemas {schemas}, decimals {decimals}, time {time}, binary {binary}"),
+        &format!("{variant}, --out-dir"),
         usize::MAX,
     );
 }
@@ -263,13 +284,24 @@ async fn pgcdc_snapshot_rows_are_what_debezium_reads() {
     for table in SNAPSHOT_TABLES.split(',') {
         args.extend(["--table", table]);
     }
-    let output = run(pgcdc(args), TIMEOUT);
+    let output = run(pgcdc(args.clone()), TIMEOUT);
     assert!(
         output.status.success(),
         "pgcdc failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
     let ours = lines(&String::from_utf8_lossy(&output.stdout));
+    // The same snapshot into --out-dir (labels decided batch by batch there).
+    let files = dir.path().join("out");
+    let files_arg = files.to_string_lossy().into_owned();
+    args.extend(["--out-dir", &files_arg]);
+    let output = run(pgcdc(args), TIMEOUT);
+    assert!(
+        output.status.success(),
+        "pgcdc --out-dir failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let ours_in_files = lines(&std::fs::read_to_string(files.join("changes.json")).unwrap());
 
     assert_eq!(theirs.len(), 644, "Debezium's snapshot records");
     // Every label occurs: the comparison covers each.
@@ -289,4 +321,11 @@ async fn pgcdc_snapshot_rows_are_what_debezium_reads() {
         "Debezium's snapshot labels"
     );
     debezium::assert_same_records(&ours, &theirs, comparable_snapshot_row, "snapshot", 6);
+    debezium::assert_same_records(
+        &ours_in_files,
+        &theirs,
+        comparable_snapshot_row,
+        "snapshot, --out-dir",
+        6,
+    );
 }

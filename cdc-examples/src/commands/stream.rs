@@ -23,9 +23,9 @@ use crate::source_guard::{GuardedSource, SlotPermission};
 
 /// Runs `pgcdc stream`.
 pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliError> {
-    if args.out_dir.is_some() && args.format != FormatArg::Feldera {
+    if args.out_dir.is_some() && matches!(args.format, FormatArg::Json | FormatArg::Text) {
         return Err(CliError::usage(
-            "--out-dir writes Feldera JSON files; --format debezium, json and text are for stdout only",
+            "--out-dir writes Feldera JSON files or Debezium records; --format json and text are for stdout only",
         ));
     }
     if args.nats.sink.is_some() && args.format != FormatArg::Feldera {
@@ -106,8 +106,7 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
     // front rather than failing midway or leaving its old rows beside the new copy.
     let policies = args.policies.policies();
     let jetstream = args.nats.options(&config.connection.dbname, policies)?;
-    let feldera_output =
-        jetstream.is_some() || args.out_dir.is_some() || args.format == FormatArg::Feldera;
+    let feldera_output = jetstream.is_some() || args.format == FormatArg::Feldera;
     options.sink_applies_truncate =
         !feldera_output || policies.truncate == cdc_sinks::feldera::TruncatePolicy::Marker;
     let source = GuardedSource::new(PgSource::new(options), permission);
@@ -134,9 +133,14 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
         (Some(dir), _) => {
             let mut file = FileSinkOptions::new(dir);
             file.layout = match args.layout {
+                // Debezium records name their table: one file holds them all.
+                _ if args.format == FormatArg::Debezium => FileLayout::Multiplexed,
                 LayoutArg::PerTable => FileLayout::PerTable,
                 LayoutArg::Multiplexed => FileLayout::Multiplexed,
             };
+            if args.format == FormatArg::Debezium {
+                file.debezium = Some(debezium_options(&args, &config.connection.dbname));
+            }
             file.encoder = EncoderOptions {
                 policies,
                 table_key: file.layout == FileLayout::Multiplexed,
@@ -155,33 +159,7 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
             run_pipeline(source, sink, pipeline, &run).await?
         }
         (None, FormatArg::Debezium) => {
-            let mut options = DebeziumOptions::new(&args.debezium_name, &config.connection.dbname);
-            options.schemas = args.debezium_schemas;
-            options.decimals = match args.debezium_decimal {
-                DecimalArg::Precise => DecimalMode::Precise,
-                DecimalArg::String => DecimalMode::String,
-                DecimalArg::Double => DecimalMode::Double,
-            };
-            options.time = match args.debezium_time {
-                TimeArg::Adaptive => TimePrecision::Adaptive,
-                TimeArg::AdaptiveTimeMicroseconds => TimePrecision::AdaptiveTimeMicroseconds,
-                TimeArg::Connect => TimePrecision::Connect,
-            };
-            options.transaction_metadata = args.debezium_transactions;
-            options.binary = match args.debezium_binary {
-                BinaryArg::Bytes => BinaryMode::Bytes,
-                BinaryArg::Base64 => BinaryMode::Base64,
-                BinaryArg::Base64UrlSafe => BinaryMode::Base64UrlSafe,
-                BinaryArg::Hex => BinaryMode::Hex,
-            };
-            options.interval = match args.debezium_interval {
-                IntervalArg::Numeric => IntervalMode::Numeric,
-                IntervalArg::String => IntervalMode::String,
-            };
-            options.hstore = match args.debezium_hstore {
-                HstoreArg::Json => HstoreMode::Json,
-                HstoreArg::Map => HstoreMode::Map,
-            };
+            let options = debezium_options(&args, &config.connection.dbname);
             let sink = StdoutSink::new(stdout(), StdoutFormat::Debezium).with_debezium(options);
             run_pipeline(source, sink, pipeline, &run).await?
         }
@@ -195,6 +173,38 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
         }
     };
     finish(outcome)
+}
+
+/// The Debezium records' options from the command line.
+fn debezium_options(args: &StreamArgs, database: &str) -> DebeziumOptions {
+    let mut options = DebeziumOptions::new(&args.debezium_name, database);
+    options.schemas = args.debezium_schemas;
+    options.decimals = match args.debezium_decimal {
+        DecimalArg::Precise => DecimalMode::Precise,
+        DecimalArg::String => DecimalMode::String,
+        DecimalArg::Double => DecimalMode::Double,
+    };
+    options.time = match args.debezium_time {
+        TimeArg::Adaptive => TimePrecision::Adaptive,
+        TimeArg::AdaptiveTimeMicroseconds => TimePrecision::AdaptiveTimeMicroseconds,
+        TimeArg::Connect => TimePrecision::Connect,
+    };
+    options.transaction_metadata = args.debezium_transactions;
+    options.binary = match args.debezium_binary {
+        BinaryArg::Bytes => BinaryMode::Bytes,
+        BinaryArg::Base64 => BinaryMode::Base64,
+        BinaryArg::Base64UrlSafe => BinaryMode::Base64UrlSafe,
+        BinaryArg::Hex => BinaryMode::Hex,
+    };
+    options.interval = match args.debezium_interval {
+        IntervalArg::Numeric => IntervalMode::Numeric,
+        IntervalArg::String => IntervalMode::String,
+    };
+    options.hstore = match args.debezium_hstore {
+        HstoreArg::Json => HstoreMode::Json,
+        HstoreArg::Map => HstoreMode::Map,
+    };
+    options
 }
 
 /// Buffered stdout; the sinks flush it at every checkpoint and at the end.

@@ -250,19 +250,7 @@ impl Batches {
                         // The snapshot's completion after it goes in too, so no token
                         // says every table is done without it.
                         self.building_chunk = false;
-                        while let Some(Pending::Event(next)) = self.pending.front()
-                            && matches!(
-                                next.kind,
-                                EventKind::Snapshot(
-                                    SnapshotMarker::TableCompleted { .. }
-                                        | SnapshotMarker::Completed { .. }
-                                )
-                            )
-                            && let Some(Pending::Event(next)) = self.pending.pop_front()
-                        {
-                            self.queued_upto = Some(next.position);
-                            self.building.push(next);
-                        }
+                        self.take_completions();
                         filled.full = true;
                         return filled;
                     }
@@ -282,11 +270,32 @@ impl Batches {
                 && (self.building.len() >= self.rules.max_events
                     || self.building.byte_size >= self.rules.max_bytes)
             {
+                // A table's last snapshot row and its completion go out together (an
+                // output that labels the last row, as Debezium's records do, then
+                // decides the label within the batch).
+                self.take_completions();
                 filled.full = true;
                 return filled;
             }
         }
         filled
+    }
+
+    /// Moves the snapshot completion markers (a table's, the snapshot's) at the front of
+    /// the queue into the batch being built.
+    fn take_completions(&mut self) {
+        while let Some(Pending::Event(next)) = self.pending.front()
+            && matches!(
+                next.kind,
+                EventKind::Snapshot(
+                    SnapshotMarker::TableCompleted { .. } | SnapshotMarker::Completed { .. }
+                )
+            )
+            && let Some(Pending::Event(next)) = self.pending.pop_front()
+        {
+            self.queued_upto = Some(next.position);
+            self.building.push(next);
+        }
     }
 
     /// Hands out the batch being built, recording what it covers.

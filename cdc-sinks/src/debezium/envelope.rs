@@ -16,6 +16,10 @@ use super::value::write_value;
 use super::{BinaryMode, DecimalMode, HstoreMode, IntervalMode, Modes, TimePrecision};
 use crate::json::{write_int, write_str};
 
+#[path = "durable.rs"]
+mod durable;
+pub use durable::DebeziumState;
+
 /// Microseconds from 1970-01-01 to 2000-01-01.
 const UNIX_TO_PG_MICROS: i64 = 946_684_800_000_000;
 
@@ -85,7 +89,7 @@ impl DebeziumOptions {
 }
 
 /// The transaction being written.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Transaction {
     xid: u32,
     /// Commit time, microseconds since the Unix epoch.
@@ -339,6 +343,14 @@ impl DebeziumEncoder {
             SnapshotMarker::TableCompleted { table, .. }
             | SnapshotMarker::ChunkCompleted { table, .. } => {
                 self.copying.retain(|t| t != table);
+            }
+            // The snapshot is taken again from its start (an output that can withdraw
+            // its rows did so): its rows are labelled anew.
+            SnapshotMarker::Restarted => {
+                self.held = None;
+                self.copying.clear();
+                self.started_tables.clear();
+                self.first_snapshot_row = true;
             }
             _ => {}
         }

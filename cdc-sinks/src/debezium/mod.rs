@@ -1,7 +1,9 @@
 //! Debezium's PostgreSQL change-event format: what Debezium's consumers read (Feldera's
 //! `debezium_postgres` JSON flavor, Flink's `debezium-json`, Kafka Connect sinks).
 //!
-//! [`DebeziumEncoder`] turns change events into records, one JSON line each:
+//! [`DebeziumEncoder`] turns change events into records, one JSON line each (on stdout,
+//! or durably in the file sink, which saves the encoder's [`DebeziumState`] with each
+//! checkpoint):
 //! `{"key": <key document>, "value": <envelope>, "destination": "<name>.<schema>.<table>"}`
 //! — the key, value and topic Debezium's embedded engine hands out, the key and value as
 //! its JSON converter writes them: with `schemas.enable=false` the documents themselves,
@@ -72,7 +74,7 @@ mod hstore;
 mod schema;
 mod value;
 
-pub use envelope::{DebeziumEncoder, DebeziumOptions};
+pub use envelope::{DebeziumEncoder, DebeziumOptions, DebeziumState};
 pub use value::UNAVAILABLE_VALUE;
 
 /// How times and timestamps are written: Debezium's `time.precision.mode`.

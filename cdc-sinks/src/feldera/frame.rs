@@ -92,6 +92,12 @@ impl Frame {
         &mut self.buf
     }
 
+    /// Appends complete records, each a line ending in `\n` (newline-delimited
+    /// framing; another format's records, e.g. Debezium's).
+    pub(crate) fn append_lines(&mut self, lines: &[u8]) {
+        self.buf.extend_from_slice(lines);
+    }
+
     /// Ends the envelope started by [`Frame::begin_value`].
     pub(crate) fn end_value(&mut self) {
         if self.framing == Framing::Lines {

@@ -13,9 +13,10 @@ use super::lock::DirLock;
 use super::names::{MULTIPLEXED_FILE, is_data_file_name, legacy_table, table_file_name};
 use super::no_follow::{self, Access};
 use super::options::{CrashInjection, CrashPoint, FileLayout, FileSinkOptions};
+use super::records::Records;
 use super::state::{CheckpointState, remove_stale_temp, replace_checkpoint, sync_dir};
 use super::writeback::start_writeback;
-use crate::feldera::{FelderaEncoder, Frame, FrameSet, Framing, PolicyLog};
+use crate::feldera::{Frame, FrameSet, Framing, PolicyLog};
 
 /// One data file and the bytes pending for it.
 #[derive(Debug)]
@@ -183,7 +184,7 @@ impl FrameSet for Outputs {
 #[derive(Debug)]
 pub(crate) struct Core {
     options: FileSinkOptions,
-    encoder: FelderaEncoder,
+    records: Records,
     outputs: Outputs,
     /// What the checkpoint file on disk says.
     durable: CheckpointState,
@@ -214,6 +215,16 @@ impl Core {
         remove_stale_temp(&dir)?;
         let mut durable = match CheckpointState::read(&dir)? {
             Some(state) => {
+                if state.debezium.is_some() != options.debezium.is_some() {
+                    let (written, asked) = match options.debezium {
+                        Some(_) => ("Feldera JSON", "Debezium records"),
+                        None => ("Debezium records", "Feldera JSON"),
+                    };
+                    return Err(Error::config(format!(
+                        "{} holds {written}, not {asked}; use the same format or another directory",
+                        dir.display()
+                    )));
+                }
                 if state.layout != options.layout || state.framing != options.framing {
                     return Err(Error::config(format!(
                         "{} was written with layout {:?} and framing {:?}, not {:?} and {:?}; use the same options or another directory",
@@ -233,7 +244,11 @@ impl Core {
                         dir.display()
                     )));
                 }
-                let state = CheckpointState::empty(options.layout, options.framing);
+                let state = CheckpointState::empty(
+                    options.layout,
+                    options.framing,
+                    Records::initial_state(&options),
+                );
                 replace_checkpoint(&dir, &state.to_json()?, |_| Ok(()))?;
                 state
             }
@@ -314,7 +329,7 @@ impl Core {
             .applied_through
             .max(token.as_ref().and_then(|t| t.position));
         let core = Core {
-            encoder: FelderaEncoder::with_policy_log(options.encoder, log),
+            records: Records::new(&options, log, durable.debezium.clone()),
             options,
             outputs,
             snapshot_start: durable.snapshot_start.clone(),
@@ -351,20 +366,26 @@ impl Core {
                 EventKind::Snapshot(SnapshotMarker::Started) => {
                     self.outputs.close_arrays();
                     self.snapshot_start = Some(self.outputs.lengths_with_pending());
-                    Ok(())
+                    self.records.marker(event, &mut self.outputs)
                 }
-                EventKind::Snapshot(SnapshotMarker::Restarted) => self.restart_snapshot(),
+                EventKind::Snapshot(SnapshotMarker::Restarted) => self
+                    .restart_snapshot()
+                    .and_then(|()| self.records.marker(event, &mut self.outputs)),
                 EventKind::Snapshot(SnapshotMarker::Completed { .. }) => {
                     self.snapshot_start = None;
-                    Ok(())
+                    self.records.marker(event, &mut self.outputs)
                 }
-                _ => self.encoder.encode_event(event, &mut self.outputs),
+                _ => self.records.encode(event, &mut self.outputs),
             };
             if let Err(e) = result {
                 self.outputs.discard_pending();
                 return Err(e);
             }
             applied = Some(event.position);
+        }
+        if let Err(e) = self.records.end_batch(&mut self.outputs) {
+            self.outputs.discard_pending();
+            return Err(e);
         }
         self.write_out()?;
         self.applied_through = applied;
@@ -517,6 +538,7 @@ impl Core {
             files,
             snapshot_start: self.snapshot_start.clone(),
             pending,
+            debezium: self.records.state(),
             ..self.durable.clone()
         };
         self.persist(state, true)

@@ -1,8 +1,10 @@
-//! Durable Feldera JSON files with exactly-once effect.
+//! Durable Feldera JSON files — or Debezium records ([`FileSinkOptions::debezium`]) — with
+//! exactly-once effect.
 //!
 //! The output directory holds the data files — one per table (named by
 //! [`table_file_name`], e.g. `public.orders.json`, the form a Feldera file input reads
-//! directly) or one multiplexed `changes.json` — the checkpoint file
+//! directly) or one multiplexed `changes.json` (Debezium records always go there, one
+//! line each, in stream order) — the checkpoint file
 //! `pgcdc-checkpoint.json`, which records the [`ResumeToken`] together with the length of
 //! every data file at that checkpoint, and the lock file `pgcdc.lock`.
 //!
@@ -51,6 +53,7 @@ mod lock;
 mod names;
 mod no_follow;
 mod options;
+mod records;
 mod state;
 mod writeback;
 
@@ -165,6 +168,8 @@ impl Sink for FelderaFileSink {
     }
 }
 
+#[cfg(test)]
+mod debezium_tests;
 #[cfg(test)]
 mod safety_tests;
 #[cfg(test)]

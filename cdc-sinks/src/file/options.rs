@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use cdc_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::debezium::DebeziumOptions;
 use crate::feldera::{EncoderOptions, Framing, TruncatePolicy};
 
 /// How the data files are laid out.
@@ -53,8 +54,11 @@ pub struct FileSinkOptions {
     pub layout: FileLayout,
     /// Newline-delimited (default) or arrays.
     pub framing: Framing,
-    /// Encoding options and policies.
+    /// Encoding options and policies (Feldera JSON).
     pub encoder: EncoderOptions,
+    /// Write Debezium records instead of Feldera JSON: one line each, in the order of the
+    /// stream, in the multiplexed file (each record names its table in `destination`).
+    pub debezium: Option<DebeziumOptions>,
     /// Simulated crash, for tests only.
     pub crash: Option<CrashInjection>,
 }
@@ -68,13 +72,22 @@ impl FileSinkOptions {
             layout: FileLayout::PerTable,
             framing: Framing::Lines,
             encoder: EncoderOptions::default(),
+            debezium: None,
             crash: None,
         }
     }
 
     /// Checks that the options fit together: a TRUNCATE marker is not Feldera input, so
-    /// it is only allowed in a multiplexed file.
+    /// it is only allowed in a multiplexed file; Debezium records go to the multiplexed
+    /// file, one per line.
     pub fn validate(&self) -> Result<()> {
+        if self.debezium.is_some()
+            && (self.layout != FileLayout::Multiplexed || self.framing != Framing::Lines)
+        {
+            return Err(Error::config(
+                "Debezium records go one per line into the multiplexed file (each names its table); use the multiplexed layout with newline-delimited framing",
+            ));
+        }
         if self.layout == FileLayout::PerTable
             && self.encoder.policies.truncate == TruncatePolicy::Marker
         {

@@ -416,7 +416,7 @@ fn two_tables() -> impl Strategy<Value = (TableName, TableName)> {
 
 /// Whether a per-table checkpoint listing `file` passes the validation at `open`.
 fn accepted_in_a_checkpoint(file: &str) -> bool {
-    let mut state = state::CheckpointState::empty(FileLayout::PerTable, Framing::Lines);
+    let mut state = state::CheckpointState::empty(FileLayout::PerTable, Framing::Lines, None);
     state.files.insert(file.to_owned(), 0);
     state.check_names(Path::new(CHECKPOINT_FILE)).is_ok()
 }

@@ -14,6 +14,7 @@ use super::io_error::io_error;
 use super::names::{is_data_file_name, legacy_table, table_file_name};
 use super::no_follow::{self, Access};
 use super::options::{CrashPoint, FileLayout};
+use crate::debezium::DebeziumState;
 use crate::feldera::Framing;
 
 /// Name of the checkpoint file in the output directory.
@@ -55,11 +56,20 @@ pub(crate) struct CheckpointState {
     /// which never list such files.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub pending: BTreeSet<String>,
+    /// Present when the files hold Debezium records: the encoder's state after the last
+    /// record the checkpoint covers (a reopened sink continues from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debezium: Option<DebeziumState>,
 }
 
 impl CheckpointState {
-    pub(crate) fn empty(layout: FileLayout, framing: Framing) -> Self {
+    pub(crate) fn empty(
+        layout: FileLayout,
+        framing: Framing,
+        debezium: Option<DebeziumState>,
+    ) -> Self {
         CheckpointState {
+            debezium,
             format: STATE_FORMAT,
             layout,
             framing,
