@@ -6,14 +6,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cdc_core::PipelineConfig;
 use cdc_postgres::conn::{ConnectionConfig, ReplicationConnection, SourceConfig, connect_sql};
-use cdc_postgres::source::{PgSource, PgSourceOptions};
+use cdc_postgres::source::{PgSource, PgSourceOptions, SlotPolicy};
 use cdc_sinks::{EncoderOptions, FelderaStreamSink, Framing};
 use tokio_postgres::Client;
 
 use super::{RunOptions, is_connection_loss, run_pipeline, sql_error};
 use crate::cli::{CliError, DemoArgs, GlobalArgs, SummaryArg};
 use crate::local_cluster::LocalCluster;
-use crate::source_guard::{GuardedSource, SlotPermission};
+use crate::source_guard::GuardedSource;
 
 /// Schema, publication and slot name of the demo.
 const DEMO: &str = "pgcdc_demo";
@@ -77,14 +77,13 @@ async fn demo(
             config.connection.port,
         );
     }
-    let permission = SlotPermission {
-        slot: DEMO.to_owned(),
-        exists: false,
+    let mut options = PgSourceOptions::new(config);
+    // The demo's own slot, replaced at every run.
+    options.slot_policy = SlotPolicy {
         may_create: true,
-        wants_snapshot: true,
-        temporary: false,
+        may_replace: true,
     };
-    let source = GuardedSource::new(PgSource::new(PgSourceOptions::new(config)), permission);
+    let source = GuardedSource::new(PgSource::new(options), DEMO.to_owned());
     let sink = FelderaStreamSink::new(
         std::io::BufWriter::new(std::io::stdout()),
         EncoderOptions {

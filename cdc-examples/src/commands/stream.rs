@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use cdc_core::{CommitMode, PipelineConfig};
 use cdc_postgres::conn::{SnapshotMode, connect_sql};
-use cdc_postgres::source::{PgSource, PgSourceOptions, SchemaChangePolicy};
+use cdc_postgres::source::{PgSource, PgSourceOptions, SchemaChangePolicy, SlotPolicy};
 use cdc_sinks::debezium::{BinaryMode, DecimalMode, HstoreMode, IntervalMode, TimePrecision};
 use cdc_sinks::jetstream::JetStreamSink;
 use cdc_sinks::{
@@ -19,7 +19,7 @@ use crate::cli::{
     BinaryArg, CliError, CommitModeArg, DecimalArg, FormatArg, GlobalArgs, HstoreArg, IntervalArg,
     LayoutArg, SchemaChangeArg, SnapshotArg, StreamArgs, TimeArg,
 };
-use crate::source_guard::{GuardedSource, SlotPermission};
+use crate::source_guard::GuardedSource;
 
 /// Runs `pgcdc stream`.
 pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliError> {
@@ -69,17 +69,16 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
             args.source.tables.join(", ")
         );
     }
-    let report = ready_to_stream(&client, &config, quiet).await?;
+    ready_to_stream(&client, &config, quiet).await?;
     drop(client);
 
-    let permission = SlotPermission {
-        slot: config.slot_name(),
-        exists: report.slot.is_some(),
-        may_create: args.create_slot,
-        wants_snapshot: snapshot != SnapshotArg::Never,
-        temporary: snapshot == SnapshotArg::InitialOnly,
-    };
     let mut options = PgSourceOptions::new(config.clone());
+    // A slot the output's token does not show to be this stream's is created or replaced
+    // only when asked (a resumed stream, or its own interrupted snapshot, needs nothing).
+    options.slot_policy = SlotPolicy {
+        may_create: args.create_slot,
+        may_replace: args.create_slot,
+    };
     options.snapshot_only = snapshot == SnapshotArg::InitialOnly;
     options.end_lsn = args.end_lsn;
     options.schema_policy = match (args.on_schema_change, args.format) {
@@ -109,7 +108,7 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
     let feldera_output = jetstream.is_some() || args.format == FormatArg::Feldera;
     options.sink_applies_truncate =
         !feldera_output || policies.truncate == cdc_sinks::feldera::TruncatePolicy::Marker;
-    let source = GuardedSource::new(PgSource::new(options), permission);
+    let source = GuardedSource::new(PgSource::new(options), config.slot_name());
     let pipeline = PipelineConfig {
         commit_mode: config.commit_mode,
         checkpoint_interval: args.checkpoint_interval,

@@ -32,6 +32,28 @@ pub struct SlotFacts {
     pub confirmed: Lsn,
 }
 
+/// What the source may do to a replication slot that no resume token shows to be its own
+/// (a token that streamed from the slot, or that an interrupted snapshot of this stream
+/// left behind, needs no permission: the run that made the slot had it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotPolicy {
+    /// Create the slot when it does not exist. Default: yes.
+    pub may_create: bool,
+    /// Drop an existing slot to take a new snapshot when the sink holds no token (its
+    /// state store lost it, or another consumer made the slot). Default: no — the slot
+    /// may be another consumer's, or hold the only way to the changes the sink lost.
+    pub may_replace: bool,
+}
+
+impl Default for SlotPolicy {
+    fn default() -> Self {
+        SlotPolicy {
+            may_create: true,
+            may_replace: false,
+        }
+    }
+}
+
 /// Everything [`plan`] decides from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StartFacts {
@@ -42,6 +64,8 @@ pub struct StartFacts {
     pub token: Option<TokenFacts>,
     /// The slot; `None` when it does not exist.
     pub slot: Option<SlotFacts>,
+    /// What the source may do to a slot that is not known to be its own.
+    pub policy: SlotPolicy,
 }
 
 /// What the run does first.
@@ -135,6 +159,10 @@ pub fn plan(facts: &StartFacts, slot_name: &str) -> Result<StartPlan, Error> {
         (token, slot) => {
             let copies = copies_first || facts.snapshot == SnapshotChoice::Online;
             let drop_existing = slot.is_some() && (copies || token.is_some());
+            // Without a token the slot is not known to be this stream's.
+            if token.is_none() {
+                refuse_without_permission(facts, slot.is_some(), drop_existing, slot_name)?;
+            }
             if let (Some(slot), false) = (slot, drop_existing) {
                 return Ok(StartPlan::StreamFromSlot {
                     confirmed: slot.confirmed,
@@ -155,6 +183,28 @@ pub fn plan(facts: &StartFacts, slot_name: &str) -> Result<StartPlan, Error> {
             })
         }
     }
+}
+
+/// A slot created or replaced without the policy allowing it: a `Config` error naming
+/// the switch (and the CLI's flag).
+fn refuse_without_permission(
+    facts: &StartFacts,
+    exists: bool,
+    replace: bool,
+    slot_name: &str,
+) -> Result<(), Error> {
+    if replace && !facts.policy.may_replace {
+        return Err(Error::config(format!(
+            "replication slot {slot_name:?} exists, but the sink holds no resume token: a new snapshot needs a new slot, and              dropping this one would lose what it retains for whoever created it (another consumer, or this stream's lost              state). Allow it (SlotPolicy::may_replace; pgcdc: --create-slot), or stream from the slot's position without a              snapshot (snapshot mode never)"
+        )));
+    }
+    // A snapshot-only run's slot is temporary: it goes with the session.
+    if !exists && !facts.snapshot_only && !facts.policy.may_create {
+        return Err(Error::config(format!(
+            "replication slot {slot_name:?} does not exist: allow creating it (SlotPolicy::may_create; pgcdc: --create-slot)              — a slot keeps WAL on the server until it is dropped"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -182,6 +232,10 @@ mod tests {
                 covered: Lsn(covered),
             }),
             slot: slot.map(|c| SlotFacts { confirmed: Lsn(c) }),
+            policy: SlotPolicy {
+                may_create: true,
+                may_replace: true,
+            },
         }
     }
 
@@ -265,6 +319,79 @@ mod tests {
                 }
             );
         }
+    }
+
+    #[test]
+    fn a_slot_not_known_to_be_ours_is_created_or_replaced_only_when_allowed() {
+        let strict = |mut f: StartFacts, may_create, may_replace| {
+            f.policy = SlotPolicy {
+                may_create,
+                may_replace,
+            };
+            f
+        };
+        // No token, a slot, a snapshot wanted: replacing it needs permission.
+        for snapshot in [SnapshotChoice::Consistent, SnapshotChoice::Online] {
+            let f = strict(facts(snapshot, false, None, Some(100)), true, false);
+            let err = plan(&f, "s").unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+            assert!(err.to_string().contains("may_replace"), "{err}");
+            let f = strict(facts(snapshot, false, None, Some(100)), false, true);
+            assert!(matches!(
+                plan(&f, "s"),
+                Ok(StartPlan::NewSlot {
+                    drop_existing: true,
+                    ..
+                })
+            ));
+        }
+        // Streaming from an existing slot replaces nothing.
+        let f = strict(
+            facts(SnapshotChoice::Never, false, None, Some(100)),
+            false,
+            false,
+        );
+        assert!(matches!(
+            plan(&f, "s"),
+            Ok(StartPlan::StreamFromSlot { .. })
+        ));
+        // No slot: creating one needs permission, except a snapshot-only run's temporary one.
+        let f = strict(
+            facts(SnapshotChoice::Online, false, None, None),
+            false,
+            false,
+        );
+        assert!(
+            plan(&f, "s")
+                .unwrap_err()
+                .to_string()
+                .contains("may_create")
+        );
+        let f = strict(
+            facts(SnapshotChoice::Consistent, true, None, None),
+            false,
+            false,
+        );
+        assert!(plan(&f, "s").is_ok());
+        // A token shows the slot is this stream's: its own interrupted snapshot is taken
+        // again on a new slot whatever the policy.
+        let f = strict(
+            facts(
+                SnapshotChoice::Consistent,
+                false,
+                Some((true, 0)),
+                Some(100),
+            ),
+            false,
+            false,
+        );
+        assert!(matches!(
+            plan(&f, "s"),
+            Ok(StartPlan::NewSlot {
+                drop_existing: true,
+                ..
+            })
+        ));
     }
 
     #[test]

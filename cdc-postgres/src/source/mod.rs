@@ -28,7 +28,7 @@ use cdc_core::{
 };
 
 pub use cdc_pgoutput::changes::SchemaChangePolicy;
-pub use options::{PgSourceOptions, ReconnectPolicy};
+pub use options::{PgSourceOptions, ReconnectPolicy, SlotPolicy};
 pub use spill::TempFileSpill;
 pub use stats::{SlotRetention, SourceState, SourceStats, SourceStatsSnapshot, TableReadWhole};
 

@@ -6,6 +6,7 @@ use cdc_core::{Error, Lsn};
 
 use crate::conn::{SourceConfig, StreamOptions};
 use cdc_pgoutput::changes::{MessageFilter, SchemaChangePolicy};
+pub use cdc_pgoutput::machine::start::SlotPolicy;
 
 /// How a [`super::PgSource`] reads: the source configuration plus decoding, snapshot and
 /// reconnect settings, each with a default a serious deployment can keep.
@@ -74,6 +75,11 @@ pub struct PgSourceOptions {
     /// How often the slot's WAL retention is read from `pg_replication_slots` for
     /// [`super::SourceStats`] (on a SQL connection of its own; default 10 s; `None`: never).
     pub slot_poll_interval: Option<Duration>,
+    /// Whether the source may create the slot, or drop an existing one to take a new
+    /// snapshot, when the sink's token does not show the slot to be this stream's.
+    /// Default: create, never replace (an engine whose state store lost its token keeps
+    /// the slot, and learns why the run stopped).
+    pub slot_policy: SlotPolicy,
 }
 
 impl PgSourceOptions {
@@ -96,6 +102,7 @@ impl PgSourceOptions {
             stream: StreamOptions::default(),
             progress_interval: Duration::from_secs(1),
             slot_poll_interval: Some(Duration::from_secs(10)),
+            slot_policy: SlotPolicy::default(),
         }
     }
 }

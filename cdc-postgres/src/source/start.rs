@@ -79,6 +79,7 @@ async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Ls
             covered: t.commit_end.unwrap_or(Lsn::ZERO),
         }),
         slot: None,
+        policy: source.options.slot_policy,
     };
     // Refused before anything is opened.
     refuse_configuration(&facts)?;

@@ -25,6 +25,10 @@ pub fn options(cluster: &Cluster, tables: &[&str]) -> PgSourceOptions {
     options.config.snapshot = cdc_postgres::conn::SnapshotMode::Initial;
     options.config.batch.max_latency = Duration::from_millis(20);
     options.progress_interval = Duration::from_millis(200);
+    // The suites' streams restart after crashes that lost their first token: they may
+    // replace their own slot (the library's default refuses; `source_slot_policy` tests
+    // that).
+    options.slot_policy.may_replace = true;
     options
 }
 
