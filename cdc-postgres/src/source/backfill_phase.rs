@@ -10,7 +10,9 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use cdc_core::{BackfillProgress, ChangeEvent, Lsn, Position, Result};
-use cdc_pgoutput::backfill::online::{OnlineRules, OnlineSnapshot, OnlineTable, Splits};
+use cdc_pgoutput::backfill::online::{
+    ChunkRead, OnlineRules, OnlineSnapshot, OnlineTable, Request, Splits,
+};
 use cdc_pgoutput::machine::schedule::BackfillFacts;
 use cdc_pgoutput::machine::source::StreamMerge;
 use tokio::sync::Notify;
@@ -28,7 +30,15 @@ mod rounds;
 mod server_order;
 mod whole;
 
-use rounds::RoundResult;
+/// What a background read round hands back: its connections, each request's result (a
+/// table's chunks together and in key order), and the splits found for the next round.
+#[derive(Debug)]
+struct RoundResult {
+    readers: Vec<SqlSession>,
+    planner: Option<SqlSession>,
+    results: Vec<(Request, Result<ChunkRead>)>,
+    next_splits: Vec<Splits>,
+}
 
 /// Options of the online snapshot.
 #[derive(Clone, Debug)]

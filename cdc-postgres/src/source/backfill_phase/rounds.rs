@@ -8,25 +8,15 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use cdc_core::{Error, Result};
-use cdc_pgoutput::backfill::online::{Ahead, ChunkRead, Request, Splits, TablePlan};
+use cdc_pgoutput::backfill::online::{Ahead, Splits, TablePlan};
 use tokio::sync::Notify;
 
-use super::BackfillPhase;
+use super::{BackfillPhase, RoundResult};
 use crate::catalog::CatalogTable;
 use crate::conn::sql_session::SqlSession;
 use crate::snapshot::{chunk_boundaries, read_chunk};
 use crate::source::pending::EventQueue;
 use crate::wal_page::WalPages;
-
-/// What a background read round hands back: its connections, each request's result (a
-/// table's chunks together and in key order), and the splits found for the next round.
-#[derive(Debug)]
-pub(super) struct RoundResult {
-    pub(super) readers: Vec<SqlSession>,
-    pub(super) planner: Option<SqlSession>,
-    pub(super) results: Vec<(Request, Result<ChunkRead>)>,
-    pub(super) next_splits: Vec<Splits>,
-}
 
 impl BackfillPhase {
     /// Signalled when a background round finishes (the source waits on it with the

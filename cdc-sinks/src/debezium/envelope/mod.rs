@@ -16,7 +16,6 @@ use super::value::write_value;
 use super::{BinaryMode, DecimalMode, HstoreMode, IntervalMode, Modes, TimePrecision};
 use crate::json::{write_int, write_str};
 
-#[path = "durable.rs"]
 mod durable;
 pub use durable::DebeziumState;
 
