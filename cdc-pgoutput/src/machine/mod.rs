@@ -4,6 +4,7 @@
 //! - [`source`]: [`source::SourceMachine`], the streaming source's decisions in one place,
 //!   built from the parts below.
 //!
+//! - [`consistent`]: a consistent snapshot's rows and markers, with their positions.
 //! - [`batches`]: the pending queue, the batch being built and where it ends, and what
 //!   the handed-out batches cover for resume tokens.
 //! - [`progress`]: an idle stream's progress and the run's end position.
@@ -14,6 +15,7 @@
 //!   configured tables.
 
 pub mod batches;
+pub mod consistent;
 pub mod progress;
 pub mod schedule;
 pub mod source;

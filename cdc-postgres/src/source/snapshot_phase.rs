@@ -1,10 +1,11 @@
-//! Turning the copy workers' rows into snapshot events with positions and markers.
+//! The consistent snapshot's driver: receives the copy workers' messages and hands each
+//! to `cdc_pgoutput::machine::consistent::ConsistentCopy`, which turns them into events
+//! with positions and markers.
 
 use std::sync::Arc;
 
-use cdc_core::{
-    ChangeEvent, Error, EventKind, Lsn, Position, SnapshotMarker, SnapshotProgress, TableName,
-};
+use cdc_core::{Error, Lsn, Position, SnapshotProgress};
+use cdc_pgoutput::machine::consistent::ConsistentCopy;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -12,23 +13,17 @@ use crate::catalog::CatalogTable;
 use crate::snapshot::CopyMessage;
 use crate::source::pending::EventQueue;
 
-/// A running snapshot: the workers' channel and the bookkeeping that orders markers.
+/// A running snapshot: the workers' channel and tasks, and the copy's bookkeeping.
 #[derive(Debug)]
 pub(crate) struct SnapshotPhase {
     rx: mpsc::Receiver<CopyMessage>,
     workers: JoinSet<()>,
-    tables: Arc<Vec<CatalogTable>>,
-    consistent_point: Lsn,
-    items_left: Vec<usize>,
-    rows: Vec<u64>,
-    started: Vec<bool>,
-    completed: Vec<TableName>,
-    next_ordinal: u64,
-    finished: bool,
+    copy: ConsistentCopy,
 }
 
 impl SnapshotPhase {
-    /// Wraps running workers (their channel and tasks). `restarted` puts a [`SnapshotMarker::Restarted`] first.
+    /// Wraps running workers (their channel and tasks). `restarted` puts a
+    /// `SnapshotMarker::Restarted` first.
     pub(crate) fn new(
         (rx, workers): (mpsc::Receiver<CopyMessage>, JoinSet<()>),
         tables: Arc<Vec<CatalogTable>>,
@@ -38,111 +33,30 @@ impl SnapshotPhase {
         after: Option<Position>,
         out: &mut EventQueue<'_>,
     ) -> Result<Self, Error> {
-        let n = tables.len();
-        // Snapshot rows sit just before the consistent point; after a restart they must
-        // still order after every position already handed out.
-        let commit_lsn = Lsn(consistent_point.0.saturating_sub(1));
-        let next_ordinal = match after {
-            Some(p) if p.commit_lsn > commit_lsn => {
-                return Err(Error::resync_required(format!(
-                    "the new slot's consistent point {consistent_point} is not after the stream's position {p}; start over with a new slot"
-                )));
-            }
-            Some(p) if p.commit_lsn == commit_lsn => p.ordinal + 1,
-            _ => 0,
-        };
-        let mut phase = SnapshotPhase {
-            rx,
-            workers,
-            tables,
+        let copy = ConsistentCopy::new(
+            tables.iter().map(|t| t.schema.clone()).collect(),
+            items_per_table,
             consistent_point,
-            items_left: items_per_table,
-            rows: vec![0; n],
-            started: vec![false; n],
-            completed: Vec::new(),
-            next_ordinal,
-            finished: false,
-        };
-        if restarted {
-            phase.marker(SnapshotMarker::Restarted, out);
-        }
-        phase.marker(SnapshotMarker::Started, out);
-        // Tables with nothing to copy (no work items) complete at once.
-        for index in 0..n {
-            if phase.items_left.get(index) == Some(&0) {
-                phase.start_table(index, out);
-                phase.complete_table(index, out);
-            }
-        }
-        phase.finish_if_done(out);
-        Ok(phase)
-    }
-
-    /// The position space of snapshot rows: just before the consistent point, so every
-    /// streamed transaction (committing after it) orders after them.
-    fn position(&mut self) -> Position {
-        let p = Position::new(
-            Lsn(self.consistent_point.0.saturating_sub(1)),
-            self.next_ordinal,
-        );
-        self.next_ordinal += 1;
-        p
-    }
-
-    fn marker(&mut self, marker: SnapshotMarker, out: &mut EventQueue<'_>) {
-        let position = self.position();
-        out.push_back(ChangeEvent {
-            lsn: cdc_core::Lsn::ZERO,
-            position,
-            kind: EventKind::Snapshot(marker),
-        });
-    }
-
-    fn start_table(&mut self, index: usize, out: &mut EventQueue<'_>) {
-        if self.started.get(index) == Some(&false) {
-            if let Some(s) = self.started.get_mut(index) {
-                *s = true;
-            }
-            if let Some(table) = self.tables.get(index) {
-                let name = table.schema.name.clone();
-                self.marker(SnapshotMarker::TableStarted(name), out);
-            }
-        }
-    }
-
-    fn complete_table(&mut self, index: usize, out: &mut EventQueue<'_>) {
-        if let Some(table) = self.tables.get(index) {
-            let name = table.schema.name.clone();
-            let rows = self.rows.get(index).copied().unwrap_or(0);
-            self.completed.push(name.clone());
-            self.marker(SnapshotMarker::TableCompleted { table: name, rows }, out);
-        }
-    }
-
-    fn finish_if_done(&mut self, out: &mut EventQueue<'_>) {
-        if !self.finished && self.items_left.iter().all(|n| *n == 0) {
-            self.finished = true;
-            let consistent_point = self.consistent_point;
-            self.marker(SnapshotMarker::Completed { consistent_point }, out);
-        }
+            restarted,
+            after,
+            out,
+        )?;
+        Ok(SnapshotPhase { rx, workers, copy })
     }
 
     /// Whether every table is copied (the Completed marker was produced).
     pub(crate) fn is_finished(&self) -> bool {
-        self.finished
+        self.copy.is_finished()
     }
 
     /// The slot's consistent point.
     pub(crate) fn consistent_point(&self) -> Lsn {
-        self.consistent_point
+        self.copy.consistent_point()
     }
 
     /// Progress for resume tokens.
     pub(crate) fn progress(&self) -> SnapshotProgress {
-        SnapshotProgress {
-            consistent_point: self.consistent_point,
-            completed_tables: self.completed.clone(),
-        }
+        self.copy.progress()
     }
 
     /// Receives the next worker message and appends its events. Cancel-safe (the only
@@ -154,39 +68,10 @@ impl SnapshotPhase {
             ));
         };
         match message {
-            CopyMessage::Rows { table, rows } => {
-                self.start_table(table, out);
-                let Some(schema) = self.tables.get(table).map(|t| schema_for_rows(&t.schema))
-                else {
-                    return Err(Error::protocol(
-                        "internal: rows for an unknown snapshot table",
-                    ));
-                };
-                if let Some(count) = self.rows.get_mut(table) {
-                    *count += rows.len() as u64;
-                }
-                for new in rows {
-                    let position = self.position();
-                    out.push_back(ChangeEvent {
-                        lsn: cdc_core::Lsn::ZERO,
-                        position,
-                        kind: EventKind::Insert {
-                            table: schema.clone(),
-                            new,
-                        },
-                    });
-                }
-            }
+            CopyMessage::Rows { table, rows } => self.copy.rows(table, rows, out)?,
             CopyMessage::ItemDone { table, .. } => {
-                self.start_table(table, out);
-                if let Some(left) = self.items_left.get_mut(table) {
-                    *left = left.saturating_sub(1);
-                    if *left == 0 {
-                        self.complete_table(table, out);
-                    }
-                }
-                self.finish_if_done(out);
-                if self.finished {
+                self.copy.item_done(table, out);
+                if self.copy.is_finished() {
                     // Let the workers commit and close their connections.
                     while self.workers.join_next().await.is_some() {}
                 }
@@ -196,5 +81,3 @@ impl SnapshotPhase {
         Ok(())
     }
 }
-
-pub(super) use cdc_pgoutput::backfill::online::schema_for_rows;
