@@ -10,7 +10,6 @@ use cdc_core::{
 };
 
 use super::batches::EventQueue;
-use crate::backfill::online::schema_for_rows;
 
 /// A consistent snapshot being copied.
 #[derive(Debug)]
@@ -187,6 +186,14 @@ impl ConsistentCopy {
             self.marker(SnapshotMarker::Completed { consistent_point }, out);
         }
     }
+}
+
+/// A reference of its own to `schema` for one batch of snapshot rows (a COPY message, a
+/// chunk). Every row clones it where it is made and drops it on the sink's thread; with
+/// one reference for all rows, both threads would bump one count at once and its cache
+/// line would bounce between the cores.
+pub fn schema_for_rows(schema: &cdc_core::TableSchema) -> SchemaRef {
+    std::sync::Arc::new(schema.clone())
 }
 
 #[cfg(test)]

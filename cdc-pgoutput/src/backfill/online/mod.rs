@@ -36,7 +36,6 @@ pub use parts::{
     Ahead, ChunkRead, OnlineTable, Request, RoundOutcome, Splits, TablePlan, range_cap,
 };
 use parts::{Held, WholeCopy};
-pub use place::schema_for_rows;
 
 /// Ordinals of snapshot rows and markers start here, above any ordinal a transaction's
 /// own events can have, so that rows placed between two transactions order after the

@@ -12,6 +12,7 @@ use super::super::xid_snapshot::XidSnapshot;
 use super::parts::{ChunkRead, Request};
 use super::{OnlineSnapshot, parse_key};
 use crate::machine::batches::EventQueue;
+use crate::machine::consistent::schema_for_rows;
 
 impl OnlineSnapshot {
     /// What goes before a table's next chunk at the anchor: a TRUNCATE of it when its
@@ -225,12 +226,4 @@ impl OnlineSnapshot {
         }));
         Ok(())
     }
-}
-
-/// A reference of its own to `schema` for one batch of snapshot rows (a COPY message, a
-/// chunk). Every row clones it where it is made and drops it on the sink's thread; with
-/// one reference for all rows, both threads would bump one count at once and its cache
-/// line would bounce between the cores.
-pub fn schema_for_rows(schema: &cdc_core::TableSchema) -> SchemaRef {
-    std::sync::Arc::new(schema.clone())
 }
