@@ -38,6 +38,8 @@ pub enum Ack {
 }
 
 /// An acknowledgement reported asynchronously by a sink.
+// A few per checkpoint, moved through a channel: the token inline costs less than a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AckEvent {
     /// The batch (and, since sinks process in order, every earlier batch) is processed.

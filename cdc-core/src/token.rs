@@ -125,6 +125,13 @@ pub struct ResumeToken {
     /// whose confirmed position is beyond it has lost changes the sink does not have.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit_end: Option<Lsn>,
+    /// The end LSN of the last transaction the token fully covers when that is beyond
+    /// `commit_end` (which a prepared transaction still waiting holds back to its
+    /// PREPARE): every transaction ending at or before it is in the sink. Tells a
+    /// restarted source that a COMMIT PREPARED the server sends alone (its PREPARE lies
+    /// before where the session starts) is one the sink has. `None`: `commit_end`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub complete_end: Option<Lsn>,
     /// Present while the initial snapshot (consistent mode) is incomplete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotProgress>,
@@ -141,6 +148,8 @@ struct ResumeTokenV2 {
     position: Option<Position>,
     #[serde(default)]
     commit_end: Option<Lsn>,
+    #[serde(default)]
+    complete_end: Option<Lsn>,
     #[serde(default)]
     snapshot: Option<SnapshotProgress>,
     #[serde(default)]
@@ -175,6 +184,7 @@ impl<'de> Deserialize<'de> for ResumeToken {
             source: v2.source,
             position: v2.position,
             commit_end: v2.commit_end,
+            complete_end: v2.complete_end,
             snapshot: v2.snapshot,
             backfill: v2.backfill,
         })
@@ -189,6 +199,7 @@ impl ResumeToken {
             source,
             position,
             commit_end: None,
+            complete_end: None,
             snapshot: None,
             backfill: None,
         }

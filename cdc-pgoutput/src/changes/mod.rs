@@ -110,9 +110,9 @@ pub struct ChangeAssembler {
     streams: StreamBuffers,
     replay: Option<ReplayState>,
     prepared: PreparedTransactions,
-    /// The last position the sink has or that is on its way (see
-    /// [`ChangeAssembler::set_delivered_upto`]).
+    /// What the sink has or is on its way (see [`ChangeAssembler::set_delivered`]).
     delivered_upto: Option<Position>,
+    delivered_complete: Option<Lsn>,
     /// A deliberate mistake for the source simulation's fault test: a streamed
     /// transaction's first segment is delivered at its Stream Stop, before it commits.
     #[cfg(test)]
@@ -135,6 +135,7 @@ impl ChangeAssembler {
             replay: None,
             prepared: PreparedTransactions::default(),
             delivered_upto: None,
+            delivered_complete: None,
             #[cfg(test)]
             fault_release_at_first_segment: false,
             #[cfg(test)]
@@ -160,18 +161,22 @@ impl ChangeAssembler {
         self.prepared = PreparedTransactions::default();
     }
 
-    /// Tells the assembler the last event position already in a batch (the sink's token
-    /// after a restart, what went into batches before a reconnect). A session that
-    /// starts past a transaction's PREPARE receives its COMMIT PREPARED alone: the
-    /// assembler accepts that (delivering nothing) only for a transaction this position
-    /// reaches, and refuses it otherwise.
+    /// Tells the assembler what is already in a batch (the sink's token after a restart,
+    /// what went into batches before a reconnect): the last event `position`, and how far
+    /// every transaction is complete there (`complete_end`, beyond the confirmable end
+    /// where a waiting prepared transaction holds that back). A session that starts past
+    /// a transaction's PREPARE receives its COMMIT PREPARED alone: the assembler accepts
+    /// that (delivering nothing) only for a transaction these reach — its commit by
+    /// position, or its end by `complete_end` (also one that carried no events) — and
+    /// refuses it otherwise.
     ///
-    /// Why reaching its commit is enough: while a prepared transaction waits, every end
-    /// the source hands out is held back to its PREPARE (see [`Self::confirm_hold`]), so
-    /// a slot — and a session start — past that PREPARE means an end handed out after the
-    /// whole transaction was.
-    pub fn set_delivered_upto(&mut self, position: Option<Position>) {
+    /// Why that is enough: while a prepared transaction waits, every end the source hands
+    /// out is held back to its PREPARE (see [`Self::confirm_hold`]), so a slot — and a
+    /// session start — past that PREPARE means an end handed out after the whole
+    /// transaction was.
+    pub fn set_delivered(&mut self, position: Option<Position>, complete_end: Option<Lsn>) {
         self.delivered_upto = position;
+        self.delivered_complete = complete_end;
     }
 
     /// The furthest the slot may be confirmed while prepared transactions wait for
@@ -372,6 +377,9 @@ impl ChangeAssembler {
                     if self
                         .delivered_upto
                         .is_some_and(|p| p.commit_lsn >= commit.commit_lsn)
+                        || self
+                            .delivered_complete
+                            .is_some_and(|end| end >= commit.end_lsn)
                     {
                         // Delivered whole before this session began past its PREPARE.
                         return Ok(Some(commit.end_lsn));

@@ -560,7 +560,7 @@ fn commit_prepared_of_an_unseen_prepare_is_a_resync_unless_it_was_delivered() {
     assert_eq!(err.kind(), cdc_core::ErrorKind::ResyncRequired, "{err}");
     assert!(err.to_string().contains("COMMIT PREPARED"), "{err}");
     // Nor when what was delivered ends before the transaction's commit.
-    a.set_delivered_upto(Some(Position::new(Lsn(499), 7)));
+    a.set_delivered(Some(Position::new(Lsn(499), 7)), Some(Lsn(507)));
     let err = a
         .process(encode(commit_prepared(9, 500)), &mut Vec::new())
         .unwrap_err();
@@ -568,8 +568,13 @@ fn commit_prepared_of_an_unseen_prepare_is_a_resync_unless_it_was_delivered() {
     // A session that began past its PREPARE, after the transaction was delivered (the
     // slot was confirmed past the PREPARE only then): its COMMIT PREPARED comes alone
     // and ends it, delivering nothing again.
-    for delivered in [Position::new(Lsn(500), 3), Position::new(Lsn(700), 0)] {
-        a.set_delivered_upto(Some(delivered));
+    // (One that carried no events is reached by how far the batches are complete.)
+    for (delivered, complete) in [
+        (Some(Position::new(Lsn(500), 3)), None),
+        (Some(Position::new(Lsn(700), 0)), None),
+        (None, Some(Lsn(508))),
+    ] {
+        a.set_delivered(delivered, complete);
         let mut events = Vec::new();
         let end = a
             .process(encode(commit_prepared(9, 500)), &mut events)

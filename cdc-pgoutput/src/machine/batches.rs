@@ -23,6 +23,9 @@ pub enum Pending {
     /// A transaction ended here (whether or not it carried events): the batch that takes
     /// it may let the slot be confirmed up to here.
     End(Lsn),
+    /// A transaction ended here whose `End` a waiting prepared transaction held back:
+    /// the batch that takes it is complete up to here (see [`Batches::complete_upto`]).
+    Complete(Lsn),
 }
 
 /// The pending queue as a driver's copy fills it (a consistent snapshot's rows, an
@@ -80,6 +83,9 @@ pub struct Batches {
     /// What the batches handed out cover.
     covered_position: Option<Position>,
     covered_end: Option<Lsn>,
+    /// Held-back transaction ends the batch being built, and those handed out, took.
+    building_complete: Option<Lsn>,
+    covered_complete: Option<Lsn>,
 }
 
 impl Batches {
@@ -94,6 +100,8 @@ impl Batches {
             queued_upto: None,
             covered_position: None,
             covered_end: None,
+            building_complete: None,
+            covered_complete: None,
         }
     }
 
@@ -110,6 +118,32 @@ impl Batches {
     /// Queues an event.
     pub fn push_event(&mut self, event: ChangeEvent) {
         self.pending.push_back(Pending::Event(event));
+    }
+
+    /// Queues the end of a transaction that a waiting prepared transaction held back
+    /// (after its held-back [`Pending::End`]).
+    pub fn push_complete(&mut self, end: Lsn) {
+        self.pending.push_back(Pending::Complete(end));
+    }
+
+    /// How far the batches handed out are complete: every transaction ending at or
+    /// before it is in them (their `commit_end`, or beyond it where a waiting prepared
+    /// transaction held that back).
+    pub fn complete_upto(&self) -> Option<Lsn> {
+        self.covered_end.max(self.covered_complete)
+    }
+
+    /// As [`Self::complete_upto`], with the batch being built.
+    pub fn queued_complete(&self) -> Option<Lsn> {
+        self.complete_upto()
+            .max(self.building.commit_end)
+            .max(self.building_complete)
+    }
+
+    /// Continues after a resume token complete up to `complete_end` (its
+    /// `ResumeToken::complete_end`).
+    pub fn resume_complete(&mut self, complete_end: Option<Lsn>) {
+        self.covered_complete = complete_end;
     }
 
     /// Queues the end of a transaction.
@@ -158,7 +192,7 @@ impl Batches {
     /// already is). The batch being built stays and is handed out.
     pub fn new_session(&mut self, start: Lsn) {
         self.pending
-            .retain(|p| matches!(p, Pending::End(end) if *end <= start));
+            .retain(|p| matches!(p, Pending::End(end) | Pending::Complete(end) if *end <= start));
         // A chunk is pushed into the queue whole, so none is half in the batch; should
         // one be, its end went with the queue and the limits must not wait for it.
         self.building_chunk = false;
@@ -216,6 +250,9 @@ impl Batches {
             match item {
                 Pending::End(lsn) => {
                     self.building.commit_end = self.building.commit_end.max(Some(lsn));
+                }
+                Pending::Complete(lsn) => {
+                    self.building_complete = self.building_complete.max(Some(lsn));
                 }
                 Pending::Event(event) => {
                     if self.queued_upto.is_some_and(|q| event.position <= q) {
@@ -313,6 +350,7 @@ impl Batches {
         self.building_since = None;
         self.covered_position = self.covered_position.max(batch.last_position());
         self.covered_end = self.covered_end.max(batch.commit_end);
+        self.covered_complete = self.covered_complete.max(self.building_complete.take());
         batch
     }
 }

@@ -225,7 +225,7 @@ mod tests {
                     EventKind::Snapshot(m) => format!("{m:?}"),
                     other => format!("{other:?}"),
                 },
-                Pending::End(lsn) => format!("end {lsn}"),
+                Pending::End(lsn) | Pending::Complete(lsn) => format!("end {lsn}"),
             })
             .collect()
     }
@@ -277,7 +277,7 @@ mod tests {
             .iter()
             .filter_map(|p| match p {
                 Pending::Event(e) => Some(e.position),
-                Pending::End(_) => None,
+                Pending::End(_) | Pending::Complete(_) => None,
             })
             .collect();
         assert!(positions.windows(2).all(|w| w[0] < w[1]));

@@ -60,6 +60,16 @@ impl StreamProgress {
         self.idle_wal_end = self.idle_wal_end.max(held_back(wal_end, hold));
     }
 
+    /// A new replication session: what the old one had passed beyond `kept` (the slot's
+    /// confirmed position, or what the batches built or handed out cover) went with its
+    /// queue and is sent again — an idle keepalive of the old session must not let an
+    /// empty batch confirm past the transactions still to come again, nor end the run
+    /// before they do.
+    pub fn new_session(&mut self, kept: Lsn) {
+        self.idle_wal_end = self.idle_wal_end.min(kept);
+        self.passed = self.passed.min(kept);
+    }
+
     /// A transaction ended at `end` (not held back).
     pub fn passed(&mut self, end: Lsn) {
         self.passed = self.passed.max(end);
@@ -140,6 +150,30 @@ mod tests {
             !progress.idle_batch_due(start + Duration::from_secs(5), &mut batches),
             "nothing new since"
         );
+    }
+
+    #[test]
+    fn a_new_session_forgets_what_the_old_one_passed_beyond_what_is_kept() {
+        // Seed 25,550: a keepalive at 900 after transactions that were still queued when
+        // the connection was lost; the new session sends them again from 400.
+        let start = Instant::now();
+        let mut batches = batches();
+        let mut progress = StreamProgress::new(Duration::from_secs(1), Some(Lsn(800)));
+        progress.idle(Lsn(900), None);
+        progress.new_session(Lsn(400));
+        assert!(
+            !progress.reached_end(&batches, Lsn::ZERO, false),
+            "the run would end before the transactions come again"
+        );
+        progress.idle_batch_due(start, &mut batches);
+        assert_eq!(
+            batches.building().commit_end,
+            Some(Lsn(400)),
+            "an empty batch would confirm past them"
+        );
+        // What the new session passes counts again.
+        progress.idle(Lsn(900), None);
+        assert!(progress.reached_end(&batches, Lsn::ZERO, false));
     }
 
     #[test]

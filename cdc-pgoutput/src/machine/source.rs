@@ -135,6 +135,8 @@ pub(crate) enum Fault {
     /// Ends are not held back to the PREPARE of a prepared transaction still waiting:
     /// the slot is confirmed past it, and a later session never receives it.
     IgnorePrepareHold,
+    /// A new session keeps the old one's idle progress, as before seed 25550 found it.
+    KeepIdleProgress,
 }
 
 /// The source's decisions; see the module documentation.
@@ -316,12 +318,31 @@ impl SourceMachine {
             assembler.reset_session();
         }
         #[cfg(test)]
-        if self.fault == Some(Fault::ForgetStartEnd) {
-            self.batches.new_session(Lsn::ZERO);
-            self.inbox.clear();
-            return;
-        }
-        self.batches.new_session(self.confirmed);
+        let start = if self.fault == Some(Fault::ForgetStartEnd) {
+            Lsn::ZERO
+        } else {
+            self.confirmed
+        };
+        #[cfg(not(test))]
+        let start = self.confirmed;
+        self.batches.new_session(start);
+        // What the old session passed beyond what is kept is sent again.
+        let kept = [
+            Some(self.confirmed),
+            self.batches.covered_end(),
+            self.batches.building().commit_end,
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(Lsn::ZERO);
+        #[cfg(test)]
+        let kept = if self.fault == Some(Fault::KeepIdleProgress) {
+            Lsn(u64::MAX)
+        } else {
+            kept
+        };
+        self.progress.new_session(kept);
         self.inbox.clear();
     }
 
@@ -455,7 +476,7 @@ impl SourceMachine {
         };
         match message {
             ServerMessage::XLogData(data) => {
-                assembler.set_delivered_upto(self.batches.queued_upto());
+                assembler.set_delivered(self.batches.queued_upto(), self.batches.queued_complete());
                 let end = assembler.process_from(data.data, data.wal_start, &mut self.scratch)?;
                 let hold = assembler.confirm_hold();
                 self.queue_scratch(merge, end, hold)?;
@@ -513,6 +534,9 @@ impl SourceMachine {
                 if let Some(end) = end {
                     self.progress.passed(end);
                     self.push_end(held_back(end, hold));
+                    if held_back(end, hold) < end {
+                        self.batches.push_complete(end);
+                    }
                 }
             }
             Some(merge) => {
@@ -523,11 +547,17 @@ impl SourceMachine {
                 }
                 if let Some(end) = end {
                     self.progress.passed(end);
+                    let unheld = end;
                     let end = held_back(end, hold);
                     // Behind events held for the server's key comparisons, the end waits
                     // with them.
+                    // (A held end says nothing of completeness: the events before it
+                    // are held too.)
                     if !merge.hold_end(end) {
                         self.push_end(end);
+                        if end < unheld {
+                            self.batches.push_complete(unheld);
+                        }
                     }
                 }
             }

@@ -440,6 +440,11 @@ impl PgSource {
                 .max(batch.last_position()),
         );
         token.commit_end = self.machine.batches().covered_end().max(batch.commit_end);
+        token.complete_end = self
+            .machine
+            .batches()
+            .complete_upto()
+            .filter(|&c| Some(c) > token.commit_end);
         token.snapshot = self.snapshot_progress.clone();
         token.backfill = self.backfill_progress.clone();
         token

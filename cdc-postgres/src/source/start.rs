@@ -202,6 +202,10 @@ async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Ls
                 .machine
                 .batches_mut()
                 .resume_after(token.position, token.commit_end);
+            source
+                .machine
+                .batches_mut()
+                .resume_complete(token.complete_end);
             source.machine.set_confirmed(confirmed);
             start_streaming(source, repl, start).await?;
             let resnapshot = source.options.resnapshot.clone();

@@ -4,7 +4,9 @@
 //! one at a time, at steps the seed chooses, while the workload and the stream go on;
 //! each read sees what was committed and visible at its moment (`Database::visible_rows`,
 //! `snapshot_text`), in the key order the server's btree has (integers by value, text
-//! under the `C` collation, bytewise).
+//! under the `C` collation, bytewise). In some seeds the text-keyed table's order is one
+//! only the server knows (`KeyOrder::by_server`): streamed events wait for comparisons the
+//! simulated server answers (or fails to, now and then).
 
 use std::cmp::Ordering;
 use std::collections::VecDeque;
@@ -13,12 +15,14 @@ use std::time::Instant;
 
 use cdc_core::{Error, Lsn, Row, TableName, Text, Value};
 
-use super::database::{Database, INT4, INT8, TABLES, TableDef, Values};
+use super::database::{Database, INT4, INT8, TABLES, TEXT, TableDef, Values};
 use super::walsender::relation;
 use crate::backfill::key_order::{KeyCollation, KeyColumnOrder, KeyOrder};
+use crate::backfill::merge::Comparison;
 use crate::backfill::online::{
     ChunkRead, OnlineSnapshot, OnlineTable, Request, TablePlan, range_cap,
 };
+use crate::backfill::token_progress::key_text as token_key_text;
 use crate::changes::{RelationCache, SchemaChangePolicy, TableRouting};
 use crate::machine::batches::EventQueue;
 use crate::machine::schedule::BackfillFacts;
@@ -27,8 +31,9 @@ use crate::protocol::pgoutput::PgOutputMessage;
 use crate::types::TypeRegistry;
 
 /// The simulated tables as the online snapshot sees them: their schemas as the stream's
-/// Relation messages make them (with the primary key named), key positions and order.
-pub(super) fn online_tables() -> Arc<Vec<OnlineTable>> {
+/// Relation messages make them (with the primary key named), key positions and order
+/// (`server_ordered`: the text-keyed table's keys compared only by the server).
+pub(super) fn online_tables(server_ordered: bool) -> Arc<Vec<OnlineTable>> {
     let mut cache = RelationCache::new(
         TableRouting::tables(TABLES.iter().map(|t| TableName::new("public", t.name))),
         SchemaChangePolicy::default(),
@@ -47,20 +52,32 @@ pub(super) fn online_tables() -> Arc<Vec<OnlineTable>> {
                 .iter()
                 .filter_map(|&k| def.columns.get(k).map(|(name, _)| (*name).to_owned()))
                 .collect();
-            let order = KeyOrder::new(
-                def.key
-                    .iter()
-                    .filter_map(|&k| {
-                        let (_, oid) = def.columns.get(k)?;
-                        let collation = if matches!(*oid, INT4 | INT8) {
-                            KeyCollation::NotCollatable
-                        } else {
-                            KeyCollation::Libc { collate: "C" }
-                        };
-                        KeyColumnOrder::for_column(*oid, collation).ok()
-                    })
-                    .collect(),
-            );
+            let by_server = server_ordered
+                && def.key.len() == 1
+                && def
+                    .key
+                    .first()
+                    .and_then(|&k| def.columns.get(k))
+                    .map(|c| c.1)
+                    == Some(TEXT);
+            let order = if by_server {
+                KeyOrder::by_server()
+            } else {
+                KeyOrder::new(
+                    def.key
+                        .iter()
+                        .filter_map(|&k| {
+                            let (_, oid) = def.columns.get(k)?;
+                            let collation = if matches!(*oid, INT4 | INT8) {
+                                KeyCollation::NotCollatable
+                            } else {
+                                KeyCollation::Libc { collate: "C" }
+                            };
+                            KeyColumnOrder::for_column(*oid, collation).ok()
+                        })
+                        .collect(),
+                )
+            };
             Some(OnlineTable {
                 schema: Arc::new(schema),
                 key_columns: def.key.to_vec(),
@@ -122,12 +139,14 @@ impl SimBackfill {
         line
     }
 
-    /// Performs one backfill step the machine asked for, at `now`.
+    /// Performs one backfill step the machine asked for, at `now` (`fail`: a comparison
+    /// on the server fails, as on a lost connection).
     pub(super) fn step(
         &mut self,
         step: BackfillStep,
         db: &Database,
         now: Instant,
+        fail: bool,
         out: &mut EventQueue<'_>,
     ) -> Result<(), Error> {
         match step {
@@ -165,10 +184,36 @@ impl SimBackfill {
                 Ok(())
             }
             BackfillStep::NextWholePiece => self.next_whole_piece(out),
-            BackfillStep::ResolveHeld => Err(Error::protocol(
-                "the simulated tables' keys need no comparisons on the server",
-            )),
+            BackfillStep::ResolveHeld => {
+                if fail {
+                    self.state.comparisons_failed(now);
+                    return Ok(());
+                }
+                let needed = self.state.comparisons_needed()?;
+                let answers = needed
+                    .iter()
+                    .map(|c| self.server_compares(c))
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.state.comparisons_answered(&needed, answers, out)
+            }
         }
+    }
+
+    /// The server's answer to one comparison: the key against the boundary, in its order.
+    fn server_compares(&self, comparison: &Comparison) -> Result<Ordering, Error> {
+        let def = self
+            .state
+            .catalog_index(comparison.table)
+            .and_then(|i| TABLES.get(i))
+            .ok_or_else(|| Error::protocol("a comparison for an unknown table"))?;
+        let text = |key: &Vec<Value>| -> Result<Values, Error> {
+            Ok(token_key_text(key)?.into_iter().map(Some).collect())
+        };
+        Ok(key_cmp(
+            def,
+            &text(&comparison.key)?,
+            &text(&comparison.boundary)?,
+        ))
     }
 
     fn start_round(&mut self, db: &Database) -> Result<(), Error> {

@@ -45,7 +45,7 @@ impl TableDef {
 /// `int8`, `int4` and `text`.
 pub(super) const INT8: u32 = 20;
 pub(super) const INT4: u32 = 23;
-const TEXT: u32 = 25;
+pub(super) const TEXT: u32 = 25;
 
 /// The tables: integer, composite and text primary keys, and one without a key.
 pub(super) const TABLES: [TableDef; 4] = [

@@ -21,6 +21,8 @@ pub(super) type Contents = Vec<BTreeMap<Values, (Values, usize)>>;
 pub(super) struct Token {
     pub position: Option<Position>,
     pub commit_end: Option<Lsn>,
+    /// As `ResumeToken::complete_end`.
+    pub complete_end: Option<Lsn>,
     /// The online snapshot's progress, as `PgSource` writes it into its tokens.
     pub backfill: Option<BackfillProgress>,
 }
