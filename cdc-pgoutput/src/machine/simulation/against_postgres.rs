@@ -407,6 +407,17 @@ fn without_rolled_back_changes(lines: Vec<String>) -> Vec<String> {
     out
 }
 
+/// Confirms the real slot `slot` up to `to`.
+async fn advance(admin: &Client, slot: &str, to: Lsn) {
+    admin
+        .query(
+            "SELECT pg_replication_slot_advance($1, $2::text::pg_lsn)",
+            &[&slot, &to.to_string()],
+        )
+        .await
+        .unwrap();
+}
+
 /// The model's commit records that the real server sent (skipping empty ones, as
 /// PostgreSQL 15+ does), in WAL order.
 fn simulated_commits(db: &Database) -> Vec<usize> {
@@ -565,13 +576,7 @@ async fn the_simulated_walsender_sends_what_postgres_sends() {
                 ("at_prepare", prepare, record_lsn(index)),
                 ("after_prepare", end, record_end(index)),
             ] {
-                admin
-                    .query(
-                        "SELECT pg_replication_slot_advance($1, $2::text::pg_lsn)",
-                        &[&slot, &real_at.to_string()],
-                    )
-                    .await
-                    .unwrap();
+                advance(&admin, slot, real_at).await;
                 let real = real_changes_with(&admin, slot, PROTOCOL_3_TWO_PHASE).await;
                 let simulated = simulated_changes_with(&db, model_at, PROTOCOL_3_TWO_PHASE);
                 assert_same(
@@ -598,13 +603,7 @@ async fn the_simulated_walsender_sends_what_postgres_sends() {
                 ("at_commit", commit, record_lsn(index)),
                 ("at_end", end, record_end(index)),
             ] {
-                admin
-                    .query(
-                        "SELECT pg_replication_slot_advance($1, $2::text::pg_lsn)",
-                        &[&slot, &real_at.to_string()],
-                    )
-                    .await
-                    .unwrap();
+                advance(&admin, slot, real_at).await;
                 let real = real_changes(&admin, slot).await.0;
                 let simulated = simulated_changes(&db, model_at);
                 assert!(
