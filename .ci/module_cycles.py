@@ -95,7 +95,19 @@ def module_files(src_root, root_file):
 
     def visit(path, module, is_dir_owner):
         files[module] = path
-        text = strip_comments_and_strings(open(path, encoding="utf-8").read())
+        original = open(path, encoding="utf-8").read()
+        text = strip_comments_and_strings(original)
+        # `#[path = "..."]` names a file in a string, which the stripped text no longer
+        # holds: read it from the original.
+        path_attrs = {
+            m.group(2): m.group(1)
+            for m in re.finditer(
+                r'#\[path\s*=\s*"([^"]*)"\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+('
+                + IDENT
+                + r")\s*;",
+                original,
+            )
+        }
         base = os.path.dirname(path)
         if not is_dir_owner:
             base = os.path.join(base, os.path.splitext(os.path.basename(path))[0])
@@ -103,16 +115,15 @@ def module_files(src_root, root_file):
             attrs, name = m.group(1), m.group(2)
             if "cfg(test)" in attrs:
                 continue
-            pm = re.search(r'#\[path\s*=\s*"([^"]*)"\]', open(path, encoding="utf-8").read()[m.start():m.end()] if False else attrs)
             child = None
-            if pm:
-                child = os.path.join(os.path.dirname(path), pm.group(1))
+            if re.search(r"#\[path\b", attrs) and name in path_attrs:
+                child = os.path.join(os.path.dirname(path), path_attrs[name])
             else:
                 for cand in (os.path.join(base, name + ".rs"), os.path.join(base, name, "mod.rs")):
                     if os.path.exists(cand):
                         child = cand
                         break
-            if child and os.path.exists(child):
+            if child and os.path.isfile(child):
                 visit(child, module + (name,), child.endswith("mod.rs"))
 
     visit(root_file, (), True)
