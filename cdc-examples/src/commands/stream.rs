@@ -30,7 +30,7 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
     }
     if args.nats.sink.is_some() && args.format != FormatArg::Feldera {
         return Err(CliError::usage(
-            "--sink publishes Feldera JSON; --format debezium, json and text are for stdout only",
+            "--sink publishes Feldera JSON; --format debezium writes to stdout or --out-dir, json and text to stdout only",
         ));
     }
     if args.nats.sink.is_some() && args.commit_mode == CommitModeArg::Completion {
