@@ -8,8 +8,9 @@
 //!   completed from libpq's environment (`PG*` variables, `~/.pgpass`);
 //! - [`counting_sink`]: a [`cdc_core::Sink`] wrapper that counts changes per table and
 //!   operation for the summaries and the progress display;
-//! - [`source_guard`]: a [`cdc_core::Source`] wrapper that refuses to create or replace a
-//!   replication slot unless asked, and publishes catalog facts for the progress display;
+//! - [`observed_source`]: a [`cdc_core::Source`] wrapper that publishes catalog facts and
+//!   the received position for the progress display (whether a slot may be created or
+//!   replaced is the library's `SlotPolicy`, set from `--create-slot`);
 //! - [`progress`]: the snapshot progress bar and the periodic status line on stderr;
 //! - [`summary`]: what a run did, printed at exit as text or JSON.
 
@@ -18,8 +19,8 @@ pub mod commands;
 pub mod connection;
 pub mod counting_sink;
 pub mod metrics_server;
+pub mod observed_source;
 pub mod progress;
-pub mod source_guard;
 pub mod summary;
 
 mod local_cluster;

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::counting_sink::{Counts, Tally};
-use crate::source_guard::SourceInfo;
+use crate::observed_source::SourceInfo;
 
 /// Seconds from the Unix epoch to 2000-01-01 UTC (Postgres's epoch).
 const PG_EPOCH_UNIX_SECS: u64 = 946_684_800;

@@ -13,7 +13,7 @@ use tokio_postgres::Client;
 use super::{RunOptions, is_connection_loss, run_pipeline, sql_error};
 use crate::cli::{CliError, DemoArgs, GlobalArgs, SummaryArg};
 use crate::local_cluster::LocalCluster;
-use crate::source_guard::GuardedSource;
+use crate::observed_source::ObservedSource;
 
 /// Schema, publication and slot name of the demo.
 const DEMO: &str = "pgcdc_demo";
@@ -83,7 +83,7 @@ async fn demo(
         may_create: true,
         may_replace: true,
     };
-    let source = GuardedSource::new(PgSource::new(options), DEMO.to_owned());
+    let source = ObservedSource::new(PgSource::new(options), DEMO.to_owned());
     let sink = FelderaStreamSink::new(
         std::io::BufWriter::new(std::io::stdout()),
         EncoderOptions {

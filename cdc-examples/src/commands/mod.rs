@@ -20,9 +20,9 @@ use tokio_postgres::Client;
 
 use crate::cli::{CliError, ConnArgs, SourceArgs, SummaryArg};
 use crate::counting_sink::CountingSink;
+use crate::observed_source::ObservedSource;
 use crate::progress::Reporter;
 use crate::signals::Interrupts;
-use crate::source_guard::GuardedSource;
 use crate::summary::Summary;
 
 /// How long establishing a connection may take when the connection string sets no
@@ -184,7 +184,7 @@ pub(crate) struct RunOutcome {
 /// Runs `source` into `sink` (counted) with the progress display, graceful Ctrl-C and
 /// SIGTERM, and the summary at the end.
 pub(crate) async fn run_pipeline<Si: Sink>(
-    source: GuardedSource,
+    source: ObservedSource,
     sink: Si,
     config: PipelineConfig,
     options: &RunOptions,

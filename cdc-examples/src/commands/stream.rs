@@ -19,7 +19,7 @@ use crate::cli::{
     BinaryArg, CliError, CommitModeArg, DecimalArg, FormatArg, GlobalArgs, HstoreArg, IntervalArg,
     LayoutArg, SchemaChangeArg, SnapshotArg, StreamArgs, TimeArg,
 };
-use crate::source_guard::GuardedSource;
+use crate::observed_source::ObservedSource;
 
 /// Runs `pgcdc stream`.
 pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliError> {
@@ -108,7 +108,7 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
     let feldera_output = jetstream.is_some() || args.format == FormatArg::Feldera;
     options.sink_applies_truncate =
         !feldera_output || policies.truncate == cdc_sinks::feldera::TruncatePolicy::Marker;
-    let source = GuardedSource::new(PgSource::new(options), config.slot_name());
+    let source = ObservedSource::new(PgSource::new(options), config.slot_name());
     let pipeline = PipelineConfig {
         commit_mode: config.commit_mode,
         checkpoint_interval: args.checkpoint_interval,

@@ -19,7 +19,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use cdc_core::{ChangeBatch, ChangeEvent, Error, Lsn};
+use cdc_core::{ChangeBatch, ChangeEvent, Error, Lsn, Position};
 
 use super::batches::{BatchRules, Batches, Pending};
 use super::progress::{StreamProgress, held_back};
@@ -210,6 +210,31 @@ impl SourceMachine {
     /// schemas delivered).
     pub fn set_assembler(&mut self, assembler: ChangeAssembler) {
         self.assembler = Some(assembler);
+        self.tell_assembler_what_is_delivered();
+    }
+
+    /// Continues after a resume token that covers `position`, `commit_end` and
+    /// `complete_end` (its fields of those names): nothing at or before `position` goes
+    /// into a batch again, and the assembler knows what the sink has.
+    pub fn resume_after(
+        &mut self,
+        position: Option<Position>,
+        commit_end: Option<Lsn>,
+        complete_end: Option<Lsn>,
+    ) {
+        self.batches.resume_after(position, commit_end);
+        self.batches.resume_complete(complete_end);
+        self.tell_assembler_what_is_delivered();
+    }
+
+    /// Tells the assembler what is already in a batch, at the start of a session: a
+    /// COMMIT PREPARED the server sends alone is of a transaction prepared before the
+    /// session's start, so what the batches held then decides it (see
+    /// [`ChangeAssembler::set_delivered`]); nothing later in the session changes that.
+    fn tell_assembler_what_is_delivered(&mut self) {
+        if let Some(assembler) = self.assembler.as_mut() {
+            assembler.set_delivered(self.batches.queued_upto(), self.batches.queued_complete());
+        }
     }
 
     /// The change assembler, once set.
@@ -344,6 +369,7 @@ impl SourceMachine {
         };
         self.progress.new_session(kept);
         self.inbox.clear();
+        self.tell_assembler_what_is_delivered();
     }
 
     /// Hands out the batch being built (after [`Action::HandOut`]).
@@ -476,7 +502,6 @@ impl SourceMachine {
         };
         match message {
             ServerMessage::XLogData(data) => {
-                assembler.set_delivered(self.batches.queued_upto(), self.batches.queued_complete());
                 let end = assembler.process_from(data.data, data.wal_start, &mut self.scratch)?;
                 let hold = assembler.confirm_hold();
                 self.queue_scratch(merge, end, hold)?;

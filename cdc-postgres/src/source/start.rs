@@ -144,8 +144,7 @@ async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Ls
         );
         source
             .machine
-            .batches_mut()
-            .resume_after(token.position, token.commit_end);
+            .resume_after(token.position, token.commit_end, token.complete_end);
         repl.close().await;
         source.machine.set_phase(Phase::Ended);
         return Ok(token.commit_end.unwrap_or(Lsn::ZERO));
@@ -200,12 +199,7 @@ async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Ls
             };
             source
                 .machine
-                .batches_mut()
-                .resume_after(token.position, token.commit_end);
-            source
-                .machine
-                .batches_mut()
-                .resume_complete(token.complete_end);
+                .resume_after(token.position, token.commit_end, token.complete_end);
             source.machine.set_confirmed(confirmed);
             start_streaming(source, repl, start).await?;
             let resnapshot = source.options.resnapshot.clone();

@@ -290,10 +290,7 @@ impl Sim {
             _ => {}
         }
         machine.set_assembler(self.assembler());
-        machine
-            .batches_mut()
-            .resume_after(token.position, token.commit_end);
-        machine.batches_mut().resume_complete(token.complete_end);
+        machine.resume_after(token.position, token.commit_end, token.complete_end);
         machine.set_confirmed(self.slot_confirmed);
         machine.set_phase(Phase::Streaming);
         if token == Token::default() {

@@ -1,4 +1,4 @@
-//! [`GuardedSource`]: a [`PgSource`] that shares what it learns at start (the tables'
+//! [`ObservedSource`]: a [`PgSource`] that shares what it learns at start (the tables'
 //! estimated sizes, the received WAL position) with the progress display. Whether it may
 //! create or replace a slot is the library's `SlotPolicy`, which the CLI sets from
 //! `--create-slot`.
@@ -69,14 +69,14 @@ impl SourceInfo {
 
 /// A [`PgSource`] with shared [`SourceInfo`].
 #[derive(Debug)]
-pub struct GuardedSource {
+pub struct ObservedSource {
     inner: PgSource,
     /// The slot's name, for the log.
     slot: String,
     info: SourceInfo,
 }
 
-impl GuardedSource {
+impl ObservedSource {
     /// Wraps `inner`, which reads from the slot named `slot`.
     pub fn new(inner: PgSource, slot: String) -> Self {
         let info = SourceInfo {
@@ -85,7 +85,7 @@ impl GuardedSource {
                 ..InfoInner::default()
             }),
         };
-        GuardedSource { inner, slot, info }
+        ObservedSource { inner, slot, info }
     }
 
     /// The shared facts.
@@ -100,7 +100,7 @@ impl GuardedSource {
 }
 
 #[async_trait]
-impl Source for GuardedSource {
+impl Source for ObservedSource {
     async fn start(&mut self, resume: Option<&ResumeToken>) -> Result<Lsn> {
         let start = self.inner.start(resume).await?;
         let tables = self
