@@ -186,8 +186,9 @@ pub struct StreamArgs {
     pub checkpoint_interval: Duration,
     /// Output format: Feldera JSON envelopes with a `table` key, Debezium records
     /// (`debezium`: key, change-event envelope and destination, one per line; with
-    /// --out-dir, all in `changes.json`), one JSON object per event (`json`, debugging,
-    /// stdout only), or readable text (stdout only).
+    /// --out-dir, all in `changes.json`; with --sink, each record's value a message on
+    /// its table's subject, as Debezium Server publishes them), one JSON object per event
+    /// (`json`, debugging, stdout only), or readable text (stdout only).
     #[arg(long, value_enum, default_value_t = FormatArg::Feldera)]
     pub format: FormatArg,
     /// With --format debezium: the name in every record (`source.name`, and the first part

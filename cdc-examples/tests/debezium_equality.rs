@@ -8,6 +8,10 @@
 //! `connector`, `name`, `db`, `schema`, `table`, `txId`, `lsn`, `sequence`, `ts_ms` and
 //! `snapshot`.
 //!
+//! Each variant also publishes to JetStream (`--sink`), as Debezium Server's NATS sink
+//! does — a message per record, its value alone, no tombstones — and each message read
+//! back with the NATS client must be Debezium's record's value.
+//!
 //! Set aside, named in `support::debezium::KNOWN_DIFFERENCES` and in the README: `source.version`, and the
 //! envelope's processing time (`ts_ms`, `ts_us`, `ts_ns`).
 //!
@@ -20,7 +24,8 @@ mod support;
 
 use std::time::Duration;
 
-use cdc_testkit::{ADMIN_USER, Cluster};
+use cdc_sinks::testing::jetstream::read_stream;
+use cdc_testkit::{ADMIN_USER, Cluster, NatsCluster};
 use support::debezium::{self, comparable, comparable_snapshot_row, lines, split_schema};
 use support::*;
 
@@ -106,11 +111,13 @@ async fn pgcdc_writes_what_debezium_writes() {
 async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str, transactions: bool) {
     let cluster = Cluster::new().await.unwrap();
     cluster.execute(SETUP).await.unwrap();
-    // One slot for the records on stdout, one for the same records in --out-dir.
+    // One slot for the records on stdout, one for the same records in --out-dir, one for
+    // JetStream.
     cluster
         .execute(
             "SELECT pg_create_logical_replication_slot('pgcdc_slot', 'pgoutput'), \
-             pg_create_logical_replication_slot('pgcdc_files', 'pgoutput')",
+             pg_create_logical_replication_slot('pgcdc_files', 'pgoutput'), \
+             pg_create_logical_replication_slot('pgcdc_nats', 'pgoutput')",
         )
         .await
         .unwrap();
@@ -182,6 +189,44 @@ async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str, transa
         String::from_utf8_lossy(&output.stderr)
     );
     let ours_in_files = lines(&std::fs::read_to_string(files.join("changes.json")).unwrap());
+    // And to JetStream, on Debezium's destinations as subjects.
+    let nats = NatsCluster::single().await.unwrap();
+    let nats_url = nats.url();
+    let mut nats_args = pgcdc_args.clone();
+    if let Some(slot) = nats_args.iter().position(|a| *a == "pgcdc_slot") {
+        nats_args[slot] = "pgcdc_nats";
+    }
+    nats_args.extend([
+        "--sink",
+        &nats_url,
+        "--stream",
+        "DBZ",
+        "--create-stream",
+        "--subject-template",
+        "pgcdc.{schema}.{table}",
+    ]);
+    let output = run(pgcdc(nats_args), TIMEOUT);
+    assert!(
+        output.status.success(),
+        "pgcdc --sink failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let ours_in_nats: Vec<serde_json::Value> = read_stream(&nats_url, "DBZ")
+        .await
+        .iter()
+        .map(|m| {
+            let records = m.records();
+            assert_eq!(records.len(), 1, "message {}: one record", m.sequence);
+            let value = records.into_iter().next().unwrap();
+            // Transaction records go to the subject of the table `<name>.transaction`.
+            let destination = if value.get("status").is_some() {
+                "pgcdc.transaction".to_owned()
+            } else {
+                m.subject.clone()
+            };
+            serde_json::json!({"destination": destination, "value": value})
+        })
+        .collect();
 
     let status = wait_status(&mut debezium, TIMEOUT);
     assert!(
@@ -220,6 +265,29 @@ async fn compare(schemas: bool, decimals: &str, time: &str, binary: &str, transa
         &format!("{variant}, --out-dir"),
         usize::MAX,
     );
+    let their_values: Vec<serde_json::Value> = theirs
+        .iter()
+        .filter(|r| !r["value"].is_null())
+        .cloned()
+        .collect();
+    debezium::assert_same_records(
+        &ours_in_nats,
+        &their_values,
+        comparable_value,
+        &format!("{variant}, JetStream"),
+        usize::MAX,
+    );
+}
+
+/// A record as JetStream carries it: the value (and the destination, from the subject);
+/// no key.
+fn comparable_value(record: &serde_json::Value) -> serde_json::Value {
+    let mut view = comparable(record);
+    if let Some(view) = view.as_object_mut() {
+        view.remove("key");
+        view.remove("key_schema");
+    }
+    view
 }
 
 const SNAPSHOT_TABLES: &str = "public.big,public.mid,public.one,public.nokey_s";

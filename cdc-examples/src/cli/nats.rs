@@ -51,7 +51,8 @@ pub struct NatsArgs {
     #[arg(long, value_name = "TEMPLATE", default_value = DEFAULT_SUBJECT_TEMPLATE, requires = "sink")]
     pub subject_template: String,
     /// One message per change (`event`), or per run of one table's changes within a
-    /// transaction (`transaction`): fewer, larger messages, one Feldera envelope per line.
+    /// transaction (`transaction`): fewer, larger messages, one Feldera envelope per line
+    /// (Feldera JSON only: Debezium records are a message each).
     #[arg(long, value_enum, default_value_t = GroupingArg::Event, requires = "sink")]
     pub grouping: GroupingArg,
     /// Create the stream if it does not exist (retention limits, file storage).

@@ -28,9 +28,9 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
             "--out-dir writes Feldera JSON files or Debezium records; --format json and text are for stdout only",
         ));
     }
-    if args.nats.sink.is_some() && args.format != FormatArg::Feldera {
+    if args.nats.sink.is_some() && matches!(args.format, FormatArg::Json | FormatArg::Text) {
         return Err(CliError::usage(
-            "--sink publishes Feldera JSON; --format debezium writes to stdout or --out-dir, json and text to stdout only",
+            "--sink publishes Feldera JSON or (--format debezium) Debezium records; --format json and text are for stdout only",
         ));
     }
     if args.nats.sink.is_some() && args.commit_mode == CommitModeArg::Completion {
@@ -104,8 +104,13 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
     // the consumer acts on; with `error` or `skip`, a table copied again is refused up
     // front rather than failing midway or leaving its old rows beside the new copy.
     let policies = args.policies.policies();
-    let jetstream = args.nats.options(&config.connection.dbname, policies)?;
-    let feldera_output = jetstream.is_some() || args.format == FormatArg::Feldera;
+    let mut jetstream = args.nats.options(&config.connection.dbname, policies)?;
+    if let Some(options) = jetstream.as_mut()
+        && args.format == FormatArg::Debezium
+    {
+        options.debezium = Some(debezium_options(&args, &config.connection.dbname));
+    }
+    let feldera_output = args.format == FormatArg::Feldera;
     options.sink_applies_truncate =
         !feldera_output || policies.truncate == cdc_sinks::feldera::TruncatePolicy::Marker;
     let source = ObservedSource::new(PgSource::new(options), config.slot_name());

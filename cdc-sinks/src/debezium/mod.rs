@@ -74,7 +74,7 @@ mod hstore;
 mod schema;
 mod value;
 
-pub use envelope::{DebeziumEncoder, DebeziumOptions, DebeziumState};
+pub use envelope::{DebeziumEncoder, DebeziumOptions, DebeziumState, RecordSpan};
 pub use value::UNAVAILABLE_VALUE;
 
 /// How times and timestamps are written: Debezium's `time.precision.mode`.

@@ -12,7 +12,8 @@ pub const SOURCE: &str = "Pgcdc-Source";
 pub const POSITION: &str = "Pgcdc-Position";
 /// Position of the last event, when the message holds more than one.
 pub const LAST_POSITION: &str = "Pgcdc-Last-Position";
-/// Index among the messages of one event (a TRUNCATE of several tables), when above 0.
+/// Index among the messages of one event (a TRUNCATE of several tables; with Debezium
+/// records, every record of an event: a key change, transaction metadata), when above 0.
 pub const PART: &str = "Pgcdc-Part";
 /// The table, `schema.name` (quoted where Postgres would quote it).
 pub const TABLE: &str = "Pgcdc-Table";
@@ -33,3 +34,6 @@ pub const TX_LAST: &str = "Pgcdc-Tx-Last";
 pub const TOKEN: &str = "Pgcdc-Token";
 /// Stream sequence of the latest earlier message that carries a token (0: none).
 pub const TOKEN_SEQ: &str = "Pgcdc-Token-Seq";
+/// With the token, the Debezium encoder's state at it (JSON; Debezium records only): what
+/// a restart needs to write the records after the token as an uninterrupted run would.
+pub const DEBEZIUM_STATE: &str = "Pgcdc-Debezium-State";

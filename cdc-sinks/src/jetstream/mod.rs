@@ -1,6 +1,6 @@
 //! NATS JetStream output (feature `jetstream`): [`JetStreamSink`] publishes every change
-//! to a stream, as Feldera JSON on a subject per table, exactly once across crashes of
-//! pgcdc and losses of NATS servers.
+//! to a stream, as Feldera JSON (or Debezium records, [`JetStreamOptions::debezium`]) on
+//! a subject per table, exactly once across crashes of pgcdc and losses of NATS servers.
 //!
 //! # How exactly-once works
 //!
@@ -30,6 +30,8 @@ pub mod headers;
 mod connection;
 mod options;
 mod plan;
+mod plan_debezium;
+mod planners;
 mod recovery;
 mod setup;
 mod sink;
@@ -40,5 +42,7 @@ pub use plan::Grouping;
 pub use sink::{JetStreamSink, JetStreamStats};
 pub use subject::{DEFAULT_SUBJECT_TEMPLATE, SubjectTemplate, filter_covers};
 
+#[cfg(test)]
+mod plan_debezium_tests;
 #[cfg(test)]
 mod plan_tests;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::plan::Grouping;
 use super::subject::SubjectTemplate;
+use crate::debezium::DebeziumOptions;
 use crate::feldera::Policies;
 
 /// Options of [`JetStreamSink`](super::JetStreamSink).
@@ -34,6 +35,13 @@ pub struct JetStreamOptions {
     /// The Feldera encoder's policies. [`TruncatePolicy::Marker`](crate::feldera::TruncatePolicy::Marker)
     /// is refused: each subject is read by one Feldera table, whose parser rejects it.
     pub policies: Policies,
+    /// Publish Debezium records instead of Feldera JSON: each record's value a message
+    /// on its table's subject, as Debezium Server's NATS JetStream sink does (tombstones
+    /// are not published; an online snapshot chunk is one message, a record per line;
+    /// transaction metadata records go to the subject of the table
+    /// `<name>.transaction`). Needs [`Grouping::Event`]; `policies` do not apply. A
+    /// stream holds one format.
+    pub debezium: Option<DebeziumOptions>,
     /// The KV bucket holding pgcdc's resume entry for the stream (key: the stream's name).
     pub resume_bucket: String,
     /// How long one JetStream request (a publish acknowledgement, a stream lookup) may take.
@@ -61,6 +69,7 @@ impl JetStreamOptions {
             database: database.into(),
             grouping: Grouping::Event,
             policies: Policies::default(),
+            debezium: None,
             resume_bucket: DEFAULT_RESUME_BUCKET.to_owned(),
             request_timeout: Duration::from_secs(5),
             retry_for: Duration::from_secs(120),

@@ -27,7 +27,7 @@ pub enum Grouping {
 
 /// Where a message's rows come from (header `Pgcdc-Origin`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Origin {
+pub(super) enum Origin {
     /// A committed transaction read from the replication stream.
     Stream,
     /// The consistent initial snapshot.
@@ -37,7 +37,7 @@ pub(crate) enum Origin {
 }
 
 impl Origin {
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Origin::Stream => "stream",
             Origin::Snapshot => "snapshot",
@@ -60,22 +60,79 @@ pub(crate) struct OutMessage {
 
 /// The source as headers and subjects need it, computed once per batch.
 #[derive(Debug)]
-struct Source<'t> {
+pub(super) struct Source<'t> {
     /// [`source_key`].
-    key: String,
-    database: &'t str,
+    pub(super) key: String,
+    pub(super) database: &'t str,
+}
+
+impl<'t> Source<'t> {
+    pub(super) fn of(token: &'t ResumeToken) -> Self {
+        Source {
+            key: source_key(&token.source),
+            database: &token.source.database,
+        }
+    }
 }
 
 /// The open transaction, as far as messages need it.
-#[derive(Debug)]
-struct Tx {
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(super) struct Tx {
     xid: u32,
     commit_lsn: String,
     commit_time_unix_micros: i64,
     /// Subject of the last message of this transaction published in an earlier batch.
-    earlier_subject: Option<String>,
+    pub(super) earlier_subject: Option<String>,
     /// Index in the current plan of its last message, if any.
-    last_in_plan: Option<usize>,
+    #[serde(skip)]
+    pub(super) last_in_plan: Option<usize>,
+}
+
+impl Tx {
+    pub(super) fn begun(begin: &cdc_core::TxBegin) -> Self {
+        Tx {
+            xid: begin.xid,
+            commit_lsn: begin.final_lsn.to_string(),
+            commit_time_unix_micros: begin
+                .commit_time_micros
+                .saturating_add(POSTGRES_EPOCH_UNIX_MICROS),
+            earlier_subject: None,
+            last_in_plan: None,
+        }
+    }
+
+    /// Marks the transaction's end in `out` at its commit (`position`): its last message
+    /// in this plan says so, or an empty message when its messages went out with
+    /// earlier batches.
+    pub(super) fn end(self, source: &Source<'_>, position: Position, out: &mut Vec<OutMessage>) {
+        match (
+            self.last_in_plan.and_then(|i| out.get_mut(i)),
+            &self.earlier_subject,
+        ) {
+            (Some(last), _) => last.headers.push((h::TX_LAST, "true".into())),
+            (None, Some(subject)) => {
+                let mut headers = common_headers(&source.key, position, 0);
+                tx_headers(&self, &mut headers);
+                headers.push((h::TX_LAST, "true".into()));
+                out.push(OutMessage {
+                    subject: subject.clone(),
+                    payload: Vec::new(),
+                    headers,
+                    last: position,
+                });
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// At a batch's end: the transaction goes on in the next batch.
+    pub(super) fn batch_ended(&mut self, out: &[OutMessage]) {
+        if let Some(i) = self.last_in_plan.take()
+            && let Some(m) = out.get(i)
+        {
+            self.earlier_subject = Some(m.subject.clone());
+        }
+    }
 }
 
 /// A message being filled (transaction grouping, and every online chunk).
@@ -112,9 +169,18 @@ pub(crate) struct Planner {
 }
 
 #[derive(Debug)]
-struct TableNames {
-    subject: String,
-    header: String,
+pub(super) struct TableNames {
+    pub(super) subject: String,
+    pub(super) header: String,
+}
+
+impl TableNames {
+    pub(super) fn of(template: &SubjectTemplate, database: &str, table: &TableName) -> Self {
+        TableNames {
+            subject: template.render(database, table),
+            header: header_safe(&table.to_string()),
+        }
+    }
 }
 
 /// The encoder's output for one event, per table.
@@ -171,10 +237,7 @@ impl Planner {
     ) -> Result<Vec<OutMessage>, Error> {
         let mut out = Vec::new();
         let mut open: Option<Open> = None;
-        let source = &Source {
-            key: source_key(&token.source),
-            database: &token.source.database,
-        };
+        let source = &Source::of(token);
         for event in events {
             if self.applied_through.is_some_and(|p| event.position <= p) {
                 self.skipped += 1;
@@ -183,46 +246,15 @@ impl Planner {
             match &event.kind {
                 EventKind::Begin(begin) => {
                     self.close(&mut open, source, &mut out);
-                    self.tx = Some(Tx {
-                        xid: begin.xid,
-                        commit_lsn: begin.final_lsn.to_string(),
-                        commit_time_unix_micros: begin
-                            .commit_time_micros
-                            .saturating_add(POSTGRES_EPOCH_UNIX_MICROS),
-                        earlier_subject: None,
-                        last_in_plan: None,
-                    });
+                    self.tx = Some(Tx::begun(begin));
                 }
                 EventKind::Commit(_) => {
                     self.close(&mut open, source, &mut out);
                     if let Some(tx) = self.tx.take() {
-                        match (
-                            tx.last_in_plan.and_then(|i| out.get_mut(i)),
-                            &tx.earlier_subject,
-                        ) {
-                            (Some(last), _) => last.headers.push((h::TX_LAST, "true".into())),
-                            (None, Some(subject)) => {
-                                // Its messages went out with earlier batches, before its
-                                // end was known: an empty message marks the end.
-                                let mut headers = common_headers(&source.key, event.position, 0);
-                                tx_headers(&tx, &mut headers);
-                                headers.push((h::TX_LAST, "true".into()));
-                                out.push(OutMessage {
-                                    subject: subject.clone(),
-                                    payload: Vec::new(),
-                                    headers,
-                                    last: event.position,
-                                });
-                            }
-                            (None, None) => {}
-                        }
+                        tx.end(source, event.position, &mut out);
                     }
                 }
-                EventKind::Snapshot(SnapshotMarker::Restarted) => {
-                    return Err(Error::sink(
-                        "the source restarted the initial snapshot, but the rows of the interrupted one are already in the JetStream stream and cannot be withdrawn; purge the stream and delete pgcdc's resume entry (see README: JetStream), or use --snapshot online, whose chunks are never taken again",
-                    ));
-                }
+                EventKind::Snapshot(SnapshotMarker::Restarted) => return Err(restarted()),
                 EventKind::Snapshot(SnapshotMarker::ChunkStarted { table, chunk }) => {
                     self.close(&mut open, source, &mut out);
                     self.chunk = Some((table.clone(), *chunk));
@@ -243,57 +275,23 @@ impl Planner {
             self.applied_through = Some(event.position);
         }
         if self.chunk.is_some() {
-            return Err(Error::sink(
-                "internal: a batch ended inside an online snapshot chunk; the JetStream sink needs chunks whole (PgSource delivers them so)",
-            ));
+            return Err(inside_chunk());
         }
         self.close(&mut open, source, &mut out);
         if let Some(tx) = self.tx.as_mut() {
-            // The transaction goes on in the next batch.
-            if let Some(i) = tx.last_in_plan.take()
-                && let Some(m) = out.get(i)
-            {
-                tx.earlier_subject = Some(m.subject.clone());
-            }
+            tx.batch_ended(&out);
         }
         if let Some(last) = out.last_mut() {
             last.headers.push((h::TOKEN, token.to_json()));
         }
-        for m in &out {
-            let size = m.payload.len()
-                + m.headers
-                    .iter()
-                    .map(|(k, v)| k.len() + v.len() + 4)
-                    .sum::<usize>()
-                + 64;
-            if size > self.max_message_bytes {
-                return Err(Error::sink(format!(
-                    "a message for {} ({} bytes with headers, up to position {}) exceeds the server's max_payload of {} bytes; raise max_payload in the NATS server configuration{}",
-                    m.subject,
-                    size,
-                    m.last,
-                    self.max_message_bytes,
-                    if m.headers
-                        .iter()
-                        .any(|(k, v)| *k == h::ORIGIN && v == "backfill")
-                    {
-                        ", or make online snapshot chunks smaller (--chunk-rows): a chunk is one message"
-                    } else {
-                        ""
-                    }
-                )));
-            }
-        }
+        check_sizes(&out, self.max_message_bytes)?;
         Ok(out)
     }
 
     /// The table's subject and header value, rendered once per table.
     fn names(&mut self, database: &str, table: &TableName) -> &TableNames {
         if !self.names.contains_key(table) {
-            let names = TableNames {
-                subject: self.template.render(database, table),
-                header: header_safe(&table.to_string()),
-            };
+            let names = TableNames::of(&self.template, database, table);
             self.names.insert(table.clone(), names);
         }
         &self.names[table]
@@ -432,6 +430,50 @@ impl Planner {
     }
 }
 
+/// The error for a consistent snapshot taken again: its rows are in the stream.
+pub(super) fn restarted() -> Error {
+    Error::sink(
+        "the source restarted the initial snapshot, but the rows of the interrupted one are already in the JetStream stream and cannot be withdrawn; purge the stream and delete pgcdc's resume entry (see README: JetStream), or use --snapshot online, whose chunks are never taken again",
+    )
+}
+
+/// The error for a batch that ends inside an online chunk.
+pub(super) fn inside_chunk() -> Error {
+    Error::sink(
+        "internal: a batch ended inside an online snapshot chunk; the JetStream sink needs chunks whole (PgSource delivers them so)",
+    )
+}
+
+/// Refuses a plan holding a message larger than the server takes.
+pub(super) fn check_sizes(out: &[OutMessage], max_message_bytes: usize) -> Result<(), Error> {
+    for m in out {
+        let size = m.payload.len()
+            + m.headers
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 4)
+                .sum::<usize>()
+            + 64;
+        if size > max_message_bytes {
+            return Err(Error::sink(format!(
+                "a message for {} ({} bytes with headers, up to position {}) exceeds the server's max_payload of {} bytes; raise max_payload in the NATS server configuration{}",
+                m.subject,
+                size,
+                m.last,
+                max_message_bytes,
+                if m.headers
+                    .iter()
+                    .any(|(k, v)| *k == h::ORIGIN && v == "backfill")
+                {
+                    ", or make online snapshot chunks smaller (--chunk-rows): a chunk is one message"
+                } else {
+                    ""
+                }
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Room kept for headers when grouping.
 const HEADER_ROOM: usize = 4096;
 
@@ -447,7 +489,7 @@ pub(crate) fn source_key(source: &SourceIdentity) -> String {
     )
 }
 
-fn common_headers(key: &str, first: Position, part: u32) -> Vec<(&'static str, String)> {
+pub(super) fn common_headers(key: &str, first: Position, part: u32) -> Vec<(&'static str, String)> {
     let mut headers = Vec::with_capacity(12);
     headers.push((h::NATS_MSG_ID, format!("{key}/{first}/{part}")));
     headers.push((h::SOURCE, key.to_owned()));
@@ -460,7 +502,7 @@ fn common_headers(key: &str, first: Position, part: u32) -> Vec<(&'static str, S
 
 /// A header value without control characters (a header ends at a line break): `%`, and
 /// bytes below 0x20 and 0x7f, written `%XX`. Only table names can hold them.
-fn header_safe(text: &str) -> String {
+pub(super) fn header_safe(text: &str) -> String {
     if !text.bytes().any(|b| b < 0x20 || b == 0x7f || b == b'%') {
         return text.to_owned();
     }
@@ -474,7 +516,7 @@ fn header_safe(text: &str) -> String {
     out
 }
 
-fn tx_headers(tx: &Tx, headers: &mut Vec<(&'static str, String)>) {
+pub(super) fn tx_headers(tx: &Tx, headers: &mut Vec<(&'static str, String)>) {
     headers.push((h::XID, tx.xid.to_string()));
     headers.push((h::COMMIT_LSN, tx.commit_lsn.clone()));
     headers.push((h::COMMIT_TIME_US, tx.commit_time_unix_micros.to_string()));

@@ -7,6 +7,7 @@ use cdc_core::{Error, Lsn, Position, ResumeToken};
 use serde::{Deserialize, Serialize};
 
 use super::headers as h;
+use super::plan_debezium::DebeziumPlanState;
 
 /// What recovery needs of one stored message.
 #[derive(Clone, Debug, PartialEq)]
@@ -14,8 +15,13 @@ pub(crate) struct StoredMessage {
     pub(crate) sequence: u64,
     /// The last event it covers.
     pub(crate) last: Position,
+    /// Which of the last event's records it ends with (`Pgcdc-Part`; 0 for a message of
+    /// several events, whose last record is always its event's first).
+    pub(crate) last_part: u32,
     /// The token it carries (the last message of a written batch).
     pub(crate) token: Option<ResumeToken>,
+    /// With the token, the Debezium encoder's state there (`Pgcdc-Debezium-State`).
+    pub(crate) debezium: Option<DebeziumPlanState>,
     /// Sequence of the latest earlier message with a token (0: none).
     pub(crate) token_sequence: u64,
 }
@@ -46,7 +52,23 @@ impl StoredMessage {
         };
         let first =
             position(h::POSITION)?.ok_or_else(|| foreign("has no Pgcdc-Position header".into()))?;
-        let last = position(h::LAST_POSITION)?.unwrap_or(first);
+        let last_position = position(h::LAST_POSITION)?;
+        let last = last_position.unwrap_or(first);
+        let last_part = match (last_position, header(h::PART)) {
+            (Some(_), _) | (None, None) => 0,
+            (None, Some(v)) => v
+                .parse()
+                .map_err(|_| foreign(format!("has Pgcdc-Part {v:?}, not a number")))?,
+        };
+        let debezium = header(h::DEBEZIUM_STATE)
+            .map(|v| {
+                serde_json::from_str(v).map_err(|e| {
+                    foreign(format!(
+                        "has a Pgcdc-Debezium-State that does not parse ({e})"
+                    ))
+                })
+            })
+            .transpose()?;
         let token = header(h::TOKEN)
             .map(|v| {
                 ResumeToken::from_json(v)
@@ -62,7 +84,9 @@ impl StoredMessage {
         Ok(StoredMessage {
             sequence,
             last,
+            last_part,
             token,
+            debezium,
             token_sequence,
         })
     }
@@ -83,6 +107,9 @@ impl StoredMessage {
 pub(crate) struct ResumeEntry {
     pub(crate) stream_sequence: u64,
     pub(crate) token: ResumeToken,
+    /// The Debezium encoder's state at the token (Debezium records only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) debezium: Option<DebeziumPlanState>,
 }
 
 /// Where the sink goes on.
@@ -92,6 +119,11 @@ pub(crate) struct Recovered {
     pub(crate) token: Option<ResumeToken>,
     /// Events at or before this are in the stream (skipped on replay).
     pub(crate) applied_through: Option<Position>,
+    /// Of the event at `applied_through`, the records up to this one are in the stream
+    /// (`None`: all of them). Debezium records only: an event may be several messages.
+    pub(crate) applied_part: Option<u32>,
+    /// The Debezium encoder's state at `token` (Debezium records only).
+    pub(crate) debezium: Option<DebeziumPlanState>,
     /// Sequence of the latest message with a token (for `Pgcdc-Token-Seq`).
     pub(crate) token_sequence: u64,
 }
@@ -128,6 +160,8 @@ pub(crate) fn recover(
             // Nothing stored yet, or everything stored is covered by the entry.
             return Ok(Recovered {
                 applied_through: entry.as_ref().and_then(|e| e.token.position),
+                applied_part: None,
+                debezium: entry.as_ref().and_then(|e| e.debezium.clone()),
                 token: entry.map(|e| e.token),
                 token_sequence: 0,
             });
@@ -139,8 +173,10 @@ pub(crate) fn recover(
     };
     let token_sequence = last.latest_token_sequence();
     let stream_token = match (&last.token, &state.token_message) {
-        (Some(token), _) => Some(token.clone()),
-        (None, Some(m)) if m.sequence == token_sequence => m.token.clone(),
+        (Some(token), _) => Some((token.clone(), last.debezium.clone())),
+        (None, Some(m)) if m.sequence == token_sequence => {
+            m.token.clone().map(|t| (t, m.debezium.clone()))
+        }
         _ => None,
     };
     if token_sequence > 0 && stream_token.is_none() && entry_sequence < Some(token_sequence) {
@@ -151,17 +187,22 @@ pub(crate) fn recover(
     // The entry is written after every message up to its sequence was acknowledged, with
     // the token of the checkpoint: when it is at least as recent as the stream's latest
     // token, it is the newer of the two (it also holds progress without messages).
-    let token = match entry {
-        Some(e) if Some(e.stream_sequence) >= Some(token_sequence) => Some(e.token),
-        _ => stream_token,
+    let (token, debezium) = match entry {
+        Some(e) if Some(e.stream_sequence) >= Some(token_sequence) => (Some(e.token), e.debezium),
+        _ => match stream_token {
+            Some((token, debezium)) => (Some(token), debezium),
+            None => (None, None),
+        },
     };
-    let applied_through = match token.as_ref().and_then(|t| t.position) {
-        Some(p) if p > last.last => Some(p),
-        _ => Some(last.last),
+    let (applied_through, applied_part) = match token.as_ref().and_then(|t| t.position) {
+        Some(p) if p > last.last => (Some(p), None),
+        _ => (Some(last.last), Some(last.last_part)),
     };
     Ok(Recovered {
         token,
         applied_through,
+        applied_part,
+        debezium,
         token_sequence,
     })
 }
@@ -202,7 +243,9 @@ mod tests {
         StoredMessage {
             sequence,
             last: Position::new(Lsn(lsn), 1),
+            last_part: 0,
             token: token_lsn.map(token),
+            debezium: None,
             token_sequence,
         }
     }
@@ -225,7 +268,9 @@ mod tests {
             StoredMessage {
                 sequence: 9,
                 last: Position::new(Lsn(0x500), 1),
+                last_part: 0,
                 token: Some(t),
+                debezium: None,
                 token_sequence: 7,
             }
         );
@@ -257,6 +302,7 @@ mod tests {
             Some(ResumeEntry {
                 stream_sequence: 4,
                 token: token(9),
+                debezium: None,
             }),
         )
         .unwrap_err();
@@ -281,6 +327,7 @@ mod tests {
             Some(ResumeEntry {
                 stream_sequence: 2,
                 token: token(0x20),
+                debezium: None,
             }),
         )
         .unwrap();
@@ -294,6 +341,7 @@ mod tests {
             Some(ResumeEntry {
                 stream_sequence: 5,
                 token: token(0x200),
+                debezium: None,
             }),
         )
         .unwrap();
@@ -314,6 +362,7 @@ mod tests {
             Some(ResumeEntry {
                 stream_sequence: 3,
                 token: token(1),
+                debezium: None,
             }),
         )
         .unwrap_err();
@@ -325,6 +374,7 @@ mod tests {
             Some(ResumeEntry {
                 stream_sequence: 5,
                 token: token(7),
+                debezium: None,
             }),
         )
         .unwrap();

@@ -16,7 +16,9 @@ use cdc_core::{Ack, Acknowledger, Error, ErrorKind, ResumeToken, Sink, SinkBatch
 use super::connection::{connect, servers_for_display};
 use super::headers as h;
 use super::options::JetStreamOptions;
-use super::plan::{OutMessage, Planner};
+use super::plan::{Grouping, OutMessage, Planner};
+use super::plan_debezium::DebeziumPlanner;
+use super::planners::Planners;
 use super::recovery::{ResumeEntry, recover};
 use super::setup;
 use crate::feldera::{EncoderOptions, PolicyLog, TruncatePolicy};
@@ -41,7 +43,7 @@ const MAX_ACK_INFLIGHT: usize = 2 * WINDOW_MESSAGES;
 #[derive(Debug)]
 pub struct JetStreamSink {
     options: JetStreamOptions,
-    planner: Planner,
+    planner: Planners,
     policy_log: PolicyLog,
     connected: Option<Connected>,
     /// The sequence the next message gets.
@@ -97,24 +99,41 @@ struct InFlight {
 impl JetStreamSink {
     /// A sink with these options; nothing is contacted before `open`.
     pub fn new(options: JetStreamOptions) -> Result<Self, Error> {
-        if options.policies.truncate == TruncatePolicy::Marker {
-            return Err(Error::config(
-                "the JetStream sink cannot write truncate markers: each subject is one table's Feldera input, whose parser rejects them; choose the error or skip truncate policy",
-            ));
-        }
         let policy_log = PolicyLog::default();
-        let planner = Planner::new(
-            options.subjects.clone(),
-            options.grouping,
-            EncoderOptions {
-                policies: options.policies,
-                table_key: false,
-            },
-            policy_log.clone(),
-            // Replaced by the server's max_payload at open.
-            1 << 20,
-            None,
-        );
+        // Replaced by the server's max_payload at open.
+        let max_message_bytes = 1 << 20;
+        let planner = match &options.debezium {
+            Some(debezium) => {
+                if options.grouping != Grouping::Event {
+                    return Err(Error::config(
+                        "Debezium records are published one per message (as Debezium Server does); grouping a transaction's changes into a message is for Feldera JSON",
+                    ));
+                }
+                Planners::Debezium(Box::new(DebeziumPlanner::new(
+                    options.subjects.clone(),
+                    debezium.clone(),
+                    max_message_bytes,
+                )))
+            }
+            None => {
+                if options.policies.truncate == TruncatePolicy::Marker {
+                    return Err(Error::config(
+                        "the JetStream sink cannot write truncate markers: each subject is one table's Feldera input, whose parser rejects them; choose the error or skip truncate policy",
+                    ));
+                }
+                Planners::Feldera(Box::new(Planner::new(
+                    options.subjects.clone(),
+                    options.grouping,
+                    EncoderOptions {
+                        policies: options.policies,
+                        table_key: false,
+                    },
+                    policy_log.clone(),
+                    max_message_bytes,
+                    None,
+                )))
+            }
+        };
         Ok(JetStreamSink {
             options,
             planner,
@@ -139,7 +158,7 @@ impl JetStreamSink {
     /// The counters so far.
     pub fn stats(&self) -> JetStreamStats {
         JetStreamStats {
-            skipped_events: self.planner.skipped,
+            skipped_events: self.planner.skipped(),
             ..self.stats
         }
     }
@@ -380,7 +399,7 @@ impl Sink for JetStreamSink {
             resume = ?recovered.token.as_ref().and_then(|t| t.position).map(|p| p.to_string()),
             "JetStream stream opened"
         );
-        self.planner.applied_through = recovered.applied_through;
+        self.planner.resume(&self.options.stream, &recovered)?;
         self.planner.set_max_message_bytes(max_payload);
         self.next_sequence = state.last_sequence + 1;
         self.token_sequence = recovered.token_sequence;
@@ -424,6 +443,7 @@ impl Sink for JetStreamSink {
             let entry = ResumeEntry {
                 stream_sequence: self.next_sequence - 1,
                 token: token.clone(),
+                debezium: self.planner.state(),
             };
             let connected = self.connected()?;
             let (context, subject) = (connected.context.clone(), connected.resume_subject.clone());

@@ -3,12 +3,13 @@
 //! `source`, `transaction`, `op`, `ts_ms`, `ts_us`, `ts_ns`).
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use cdc_core::{
-    ChangeEvent, Error, EventKind, Lsn, OldRow, OldRowKind, Row, SchemaRef, SnapshotMarker,
-    TableName, Value,
+    ChangeEvent, Error, EventKind, Lsn, OldRow, OldRowKind, Position, Row, SchemaRef,
+    SnapshotMarker, TableName, Value,
 };
 
 use super::schema::{key_schema, value_schema};
@@ -17,7 +18,9 @@ use super::{BinaryMode, DecimalMode, HstoreMode, IntervalMode, Modes, TimePrecis
 use crate::json::{write_int, write_str};
 
 mod durable;
+mod spans;
 pub use durable::DebeziumState;
+pub use spans::RecordSpan;
 
 /// Microseconds from 1970-01-01 to 2000-01-01.
 const UNIX_TO_PG_MICROS: i64 = 946_684_800_000_000;
@@ -124,6 +127,9 @@ pub struct DebeziumEncoder {
     now: fn() -> i64,
     /// The key and value schemas of each table's current schema (`schemas`).
     schemas: HashMap<TableName, TableSchemas>,
+    /// Where each record written lies, for outputs that send records apart
+    /// ([`DebeziumEncoder::track_records`]).
+    spans: Option<Vec<RecordSpan>>,
 }
 
 /// A snapshot row's record, written but for its `source.snapshot` label.
@@ -133,6 +139,10 @@ struct HeldRow {
     /// The record; the label goes in at `label_at`.
     record: Vec<u8>,
     label_at: usize,
+    /// Its value document in `record` (before the label goes in).
+    value: Range<usize>,
+    /// The event it comes from.
+    position: Position,
     /// The snapshot's first row, or its table's.
     first: bool,
     first_in_table: bool,
@@ -168,6 +178,7 @@ impl DebeziumEncoder {
             snapshot_micros: 0,
             now: wall_clock_micros,
             schemas: HashMap::new(),
+            spans: None,
         }
     }
 
@@ -183,9 +194,11 @@ impl DebeziumEncoder {
     pub fn encode(&mut self, event: &ChangeEvent, out: &mut Vec<u8>) -> Result<(), Error> {
         self.before_event(event, out);
         let start = out.len();
+        let noted = self.records_noted();
         let result = self.encode_inner(event, out);
         if result.is_err() {
             out.truncate(start);
+            self.forget_records_from(noted);
         }
         result
     }
@@ -204,9 +217,19 @@ impl DebeziumEncoder {
             (false, _, false, false) => "true",
         };
         let (before, after) = held.record.split_at(held.label_at.min(held.record.len()));
+        let start = out.len();
         out.extend_from_slice(before);
         write_str(out, label);
+        let label_len = out.len() - start - before.len();
         out.extend_from_slice(after);
+        let value = start + held.value.start..start + held.value.end + label_len;
+        self.record_written(
+            start..out.len(),
+            value,
+            Some(&held.table),
+            held.position,
+            true,
+        );
     }
 
     /// The end of a batch of events: a held snapshot row whose table's copy goes on in a
@@ -269,10 +292,10 @@ impl DebeziumEncoder {
                 {
                     if !transaction.begun {
                         let id = format!("{}:{}", transaction.xid, event.lsn.0);
-                        self.transaction_record(out, &id, "BEGIN", &transaction, false);
+                        self.transaction_record(out, &id, &transaction, false, event.position);
                     }
                     let id = format!("{}:{}", transaction.xid, commit.end_lsn.0);
-                    self.transaction_record(out, &id, "END", &transaction, true);
+                    self.transaction_record(out, &id, &transaction, true, event.position);
                 }
             }
             EventKind::Insert { table, new } => {
@@ -299,7 +322,7 @@ impl DebeziumEncoder {
                     // Debezium writes a key change as a delete of the old key, its
                     // tombstone, and a create of the new row.
                     self.record(out, table, event, "d", Some(&old.values), None)?;
-                    self.tombstone(out, table, &old.values);
+                    self.tombstone(out, table, &old.values, event.position);
                     self.record(out, table, event, "c", None, Some(new))?;
                 } else {
                     let before = full_old.map(|o| &o.values);
@@ -314,7 +337,7 @@ impl DebeziumEncoder {
                     )));
                 };
                 self.record(out, table, event, "d", Some(&old.values), None)?;
-                self.tombstone(out, table, &old.values);
+                self.tombstone(out, table, &old.values, event.position);
             }
             EventKind::Truncate { tables, .. } if self.options.truncate => {
                 for table in tables {
@@ -355,19 +378,22 @@ impl DebeziumEncoder {
         }
     }
 
-    /// A BEGIN or END record on `<name>.transaction`.
+    /// A BEGIN or END record on `<name>.transaction`, for the event at `position`.
     fn transaction_record(
-        &self,
+        &mut self,
         out: &mut Vec<u8>,
         id: &str,
-        status: &str,
         transaction: &Transaction,
         end: bool,
+        position: Position,
     ) {
+        let start = out.len();
         out.extend_from_slice(b"{\"key\":{\"id\":");
         write_str(out, id);
-        out.extend_from_slice(b"},\"value\":{\"status\":");
-        write_str(out, status);
+        out.extend_from_slice(b"},\"value\":");
+        let value_start = out.len();
+        out.extend_from_slice(b"{\"status\":");
+        write_str(out, if end { "END" } else { "BEGIN" });
         out.extend_from_slice(b",\"id\":");
         write_str(out, id);
         if end {
@@ -390,9 +416,12 @@ impl DebeziumEncoder {
         }
         out.extend_from_slice(b",\"ts_ms\":");
         write_int(out, transaction.commit_micros.div_euclid(1000));
-        out.extend_from_slice(b"},\"destination\":");
+        out.push(b'}');
+        let value = value_start..out.len();
+        out.extend_from_slice(b",\"destination\":");
         write_str(out, &format!("{}.transaction", self.options.name));
         out.extend_from_slice(b"}\n");
+        self.record_written(start..out.len(), value, None, position, false);
     }
 
     fn destination(&self, out: &mut Vec<u8>, table: &TableName) {
@@ -491,7 +520,7 @@ impl DebeziumEncoder {
         Ok(())
     }
 
-    fn tombstone(&mut self, out: &mut Vec<u8>, table: &SchemaRef, old: &Row) {
+    fn tombstone(&mut self, out: &mut Vec<u8>, table: &SchemaRef, old: &Row, position: Position) {
         if !self.options.tombstones {
             return;
         }
@@ -501,9 +530,12 @@ impl DebeziumEncoder {
             out.truncate(start);
             return;
         }
-        out.extend_from_slice(b",\"value\":null,\"destination\":");
+        out.extend_from_slice(b",\"value\":");
+        let value = out.len()..out.len() + 4;
+        out.extend_from_slice(b"null,\"destination\":");
         self.destination(out, &table.name);
         out.extend_from_slice(b"}\n");
+        self.record_written(start..out.len(), value, Some(&table.name), position, false);
     }
 
     /// One change record.
@@ -519,7 +551,8 @@ impl DebeziumEncoder {
         let snapshot_read = op == "r";
         if snapshot_read {
             let mut record = Vec::new();
-            let label_at = self.write_record(&mut record, table, event, op, before, after)?;
+            let (label_at, value) =
+                self.write_record(&mut record, table, event, op, before, after)?;
             let first = std::mem::take(&mut self.first_snapshot_row);
             let first_in_table = !self.started_tables.contains(&table.name);
             if first_in_table {
@@ -529,6 +562,8 @@ impl DebeziumEncoder {
                 table: table.name.clone(),
                 record,
                 label_at,
+                value,
+                position: event.position,
                 first,
                 first_in_table,
                 table_done: false,
@@ -540,7 +575,7 @@ impl DebeziumEncoder {
     }
 
     /// Writes one record; returns where its `source.snapshot` label goes for a snapshot
-    /// row (written without one).
+    /// row (written without one), and where its value lies.
     fn write_record(
         &mut self,
         out: &mut Vec<u8>,
@@ -549,7 +584,7 @@ impl DebeziumEncoder {
         op: &str,
         before: Option<&Row>,
         after: Option<&Row>,
-    ) -> Result<usize, Error> {
+    ) -> Result<(usize, Range<usize>), Error> {
         let snapshot_read = op == "r";
         let mut label_at = 0;
         // A transaction's BEGIN record goes before its first change, named by its LSN.
@@ -565,8 +600,9 @@ impl DebeziumEncoder {
             };
             let id = format!("{}:{}", transaction.xid, first.0);
             let transaction = transaction.clone();
-            self.transaction_record(out, &id, "BEGIN", &transaction, false);
+            self.transaction_record(out, &id, &transaction, false, event.position);
         }
+        let start = out.len();
         out.extend_from_slice(b"{\"key\":");
         match (op, before, after) {
             ("t", _, _) => out.extend_from_slice(b"null"),
@@ -574,6 +610,7 @@ impl DebeziumEncoder {
             _ => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"value\":");
+        let value_start = out.len();
         if self.options.schemas {
             out.extend_from_slice(b"{\"schema\":");
             let schema = &self.schemas_of(table).value;
@@ -685,9 +722,19 @@ impl DebeziumEncoder {
         if self.options.schemas {
             out.push(b'}');
         }
+        let value = value_start..out.len();
         out.extend_from_slice(b",\"destination\":");
         self.destination(out, &table.name);
         out.extend_from_slice(b"}\n");
-        Ok(label_at)
+        if !snapshot_read {
+            self.record_written(
+                start..out.len(),
+                value.clone(),
+                Some(&table.name),
+                event.position,
+                false,
+            );
+        }
+        Ok((label_at, value))
     }
 }
