@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
-use crate::{ChangeBatch, Lsn, Result, ResumeToken};
+use crate::{ChangeBatch, CommitMode, Lsn, Result, ResumeToken};
 
 /// A stream of change batches with a position that can be confirmed.
 ///
@@ -41,6 +41,22 @@ pub trait Source: Send {
     /// The handle through which the pipeline confirms positions while a `next_batch` call
     /// is in progress. Every call returns a handle to the same shared state.
     fn confirm_handle(&self) -> ConfirmHandle;
+
+    /// Checks what can be checked before the pipeline opens the sink (the configuration,
+    /// the server), so that a run that cannot work is refused before its output is
+    /// touched. Called once, before [`Self::start`]; what `start` retries (a server not
+    /// reachable yet) may be left to it. Default: nothing to check.
+    async fn check(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Which acknowledgement may move this source's confirmed position; the pipeline
+    /// follows it. The source's configuration is its one home (for Postgres,
+    /// `SourceConfig::commit_mode`, also read from the connector's JSON), so no second
+    /// setting can contradict it. Default: [`CommitMode::Checkpoint`].
+    fn commit_mode(&self) -> CommitMode {
+        CommitMode::Checkpoint
+    }
 
     /// Stops the stream after a final status update. Called once at graceful shutdown.
     async fn close(&mut self) -> Result<()> {

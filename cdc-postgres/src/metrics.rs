@@ -3,7 +3,7 @@
 //! statistics at each scrape, so the hot path only bumps atomics. Register it in your own
 //! registry ([`prometheus_client::registry::Registry::register_collector`]) or call
 //! [`StreamMetrics::encode_text`]. Every family is listed, with its unit and labels, in the
-//! README's metrics table.
+//! metrics table in docs/metrics.md.
 //!
 //! Why `prometheus-client`: it is the Prometheus project's own Rust client, encodes the
 //! OpenMetrics text format every Prometheus server scrapes, lets an embedding engine put

@@ -197,13 +197,13 @@ async fn completion_mode_window_lost_by_a_stateful_sink_is_reported_as_a_gap() {
         async_checkpoints: true,
         ..Default::default()
     });
-    let options = options(&cluster, &TABLES);
+    let mut options = options(&cluster, &TABLES);
+    options.config.commit_mode = CommitMode::Completion;
     let slot = options.config.slot_name();
     let pipeline = Pipeline::new(
         PgSource::new(options),
         handle.sink(),
         PipelineConfig {
-            commit_mode: CommitMode::Completion,
             checkpoint_interval: Duration::from_millis(100),
             ..PipelineConfig::default()
         },

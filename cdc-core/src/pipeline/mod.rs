@@ -14,16 +14,14 @@ pub use table_counts::{ChangeOp, OpCounts, TableCounts, TableSnapshotProgress};
 pub use watermark::Watermark;
 
 use crate::{
-    Ack, AckEvent, Acknowledger, BatchId, ChangeBatch, CommitMode, ConfirmHandle, Error, Lsn,
-    Position, Result, ResumeToken, Sink, SinkBatch, Source,
+    Ack, AckEvent, Acknowledger, BatchId, ChangeBatch, ConfirmHandle, Error, Lsn, Position, Result,
+    ResumeToken, Sink, SinkBatch, Source,
 };
 
-/// How the pipeline runs.
+/// How the pipeline runs. (Which acknowledgement moves the source's confirmed position,
+/// the [`CommitMode`], is the source's setting: [`Source::commit_mode`].)
 #[derive(Clone, Debug)]
 pub struct PipelineConfig {
-    /// Which acknowledgement moves the source's confirmed position. See [`CommitMode`]:
-    /// `Completion` is only correct for stateless sinks with idempotent output.
-    pub commit_mode: CommitMode,
     /// How often the pipeline asks the sink to checkpoint while data is flowing (at
     /// least every millisecond: a zero interval counts as 1 ms).
     pub checkpoint_interval: Duration,
@@ -37,7 +35,6 @@ pub struct PipelineConfig {
 impl Default for PipelineConfig {
     fn default() -> Self {
         PipelineConfig {
-            commit_mode: CommitMode::Checkpoint,
             checkpoint_interval: Duration::from_secs(1),
             max_in_flight_bytes: 64 << 20,
             max_in_flight_batches: 64,
@@ -154,12 +151,14 @@ impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
 
     async fn run_to_end(mut self) -> Result<RunSummary> {
         let (acks, mut ack_rx) = Acknowledger::channel();
-        let resume = self.sink.open(acks).await?;
         let Some(source) = self.source.as_mut() else {
             return Err(Error::config(
                 "the pipeline's source is gone (run called twice?)",
             ));
         };
+        // Refused before the output is touched, when the source can tell.
+        source.check().await?;
+        let resume = self.sink.open(acks).await?;
         // A start may wait long (a slot created on a standby waits for the primary's next
         // running-transactions record): a shutdown request interrupts it.
         let mut shutdown_rx = self.shutdown_rx.clone();
@@ -182,8 +181,9 @@ impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
             });
         };
         self.stats.set_confirmed(start);
+        let commit_mode = source.commit_mode();
         let mut state = RunState {
-            watermark: Watermark::new(self.config.commit_mode, start),
+            watermark: Watermark::new(commit_mode, start),
             next_id: 0,
             resume_after: resume.as_ref().and_then(|t| t.position),
             last_written: None,

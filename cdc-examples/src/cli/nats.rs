@@ -62,7 +62,7 @@ pub struct NatsArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=5), requires = "create_stream")]
     pub stream_replicas: u8,
     /// With --create-stream: remove messages older than this (e.g. `168h`). Default: kept.
-    /// It must exceed any time pgcdc may be stopped (see README: JetStream).
+    /// It must exceed any time pgcdc may be stopped (see docs/jetstream.md).
     #[arg(long, value_parser = duration_between(STREAM_DURATION), requires = "create_stream")]
     pub stream_max_age: Option<Duration>,
     /// With --create-stream: JetStream's deduplication window.

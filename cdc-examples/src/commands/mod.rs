@@ -1,6 +1,6 @@
-//! The commands, and what `stream` and `demo` share: building the source configuration,
-//! checking the source before streaming, and running a pipeline with progress, signals
-//! and a summary.
+//! The commands, and what `stream` and `demo` share: building the source configuration
+//! and running a pipeline with progress, signals and a summary. (The source checks the
+//! server itself when it starts: preflight runs once.)
 
 pub mod check;
 pub mod demo;
@@ -12,10 +12,7 @@ use std::time::{Duration, Instant};
 use cdc_core::{
     Error, ErrorKind, Pipeline, PipelineConfig, RunSummary, Sink, TableName, quote_identifier,
 };
-use cdc_postgres::conn::{
-    ConnectionConfig, PreflightOptions, PreflightReport, ProblemKind, Severity, SlotProblem,
-    SourceConfig, preflight,
-};
+use cdc_postgres::conn::{ConnectionConfig, SourceConfig};
 use tokio_postgres::Client;
 
 use crate::cli::{CliError, ConnArgs, SourceArgs, SummaryArg};
@@ -28,10 +25,6 @@ use crate::summary::Summary;
 /// How long establishing a connection may take when the connection string sets no
 /// `connect_timeout` (libpq would wait for the operating system, which can be minutes).
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// How long to wait for a slot still held by a previous connection (ours, killed) to be
-/// released before reporting it.
-const SLOT_RELEASE_WAIT: Duration = Duration::from_secs(30);
 
 /// The connection the flags and libpq's environment give ([`crate::connection`]), with a
 /// default connect timeout.
@@ -119,43 +112,6 @@ pub(crate) async fn ensure_publication(
         .await
         .map_err(|e| sql_error(&format!("{sql} failed"), e))?;
     Ok(true)
-}
-
-/// Runs the preflight checks, prints warnings, waits a while for a slot still held by a
-/// previous (killed) connection, and fails with every error found.
-pub(crate) async fn ready_to_stream(
-    client: &Client,
-    config: &SourceConfig,
-    quiet: bool,
-) -> Result<PreflightReport, Error> {
-    let deadline = Instant::now() + SLOT_RELEASE_WAIT;
-    let mut announced = false;
-    loop {
-        let report = preflight(client, config, &PreflightOptions::default()).await?;
-        let held_by = report.problems.iter().find_map(|p| match &p.kind {
-            ProblemKind::Slot(SlotProblem::Active { pid, .. }) => Some(*pid),
-            _ => None,
-        });
-        if let Some(pid) = held_by
-            && Instant::now() < deadline
-        {
-            if !announced && !quiet {
-                eprintln!(
-                    "pgcdc: waiting for replication slot {:?} to be released by process {pid}",
-                    config.slot_name()
-                );
-            }
-            announced = true;
-            tokio::time::sleep(Duration::from_millis(250)).await;
-            continue;
-        }
-        if !quiet {
-            for warning in report.problems_of(Severity::Warning) {
-                eprintln!("pgcdc: warning: {warning}");
-            }
-        }
-        return report.into_result();
-    }
 }
 
 /// How a pipeline run is displayed and summarized.

@@ -5,7 +5,7 @@ use std::io::BufWriter;
 use std::process::ExitCode;
 
 use cdc_core::{CommitMode, PipelineConfig};
-use cdc_postgres::conn::{SnapshotMode, connect_sql};
+use cdc_postgres::conn::{SnapshotMode, SourceConfig, connect_sql};
 use cdc_postgres::source::{PgSource, PgSourceOptions, SchemaChangePolicy, SlotPolicy};
 use cdc_sinks::debezium::{BinaryMode, DecimalMode, HstoreMode, IntervalMode, TimePrecision};
 use cdc_sinks::jetstream::JetStreamSink;
@@ -14,7 +14,7 @@ use cdc_sinks::{
     FileSinkOptions, Framing, StdoutFormat, StdoutSink,
 };
 
-use super::{RunOptions, RunOutcome, ensure_publication, ready_to_stream, run_pipeline};
+use super::{RunOptions, RunOutcome, ensure_publication, run_pipeline};
 use crate::cli::{
     BinaryArg, CliError, CommitModeArg, DecimalArg, FormatArg, GlobalArgs, HstoreArg, IntervalArg,
     LayoutArg, SchemaChangeArg, SnapshotArg, StreamArgs, TimeArg,
@@ -45,16 +45,7 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
             "pgcdc: warning: --snapshot consistent with --sink: if pgcdc stops before the snapshot completes, the stream holds rows of a copy that cannot be resumed, and the restart fails until the stream is purged; --snapshot online (the default) resumes"
         );
     }
-    let mut config = super::source_config(&args.source)?;
-    config.snapshot = match snapshot {
-        SnapshotArg::Never => SnapshotMode::Never,
-        SnapshotArg::Consistent | SnapshotArg::InitialOnly => SnapshotMode::Initial,
-        SnapshotArg::Online => SnapshotMode::Online,
-    };
-    config.commit_mode = CommitMode::from(args.commit_mode);
-    config.streaming = args.streaming.into();
-    config.two_phase = args.two_phase;
-    config.failover = args.failover;
+    let config = stream_config(&args)?;
     if args.commit_mode == CommitModeArg::Completion && args.out_dir.is_some() && !quiet {
         eprintln!(
             "pgcdc: warning: --commit-mode completion with --out-dir: a crash can lose the changes written since the last checkpoint (the slot has moved past them); the restart then reports that a resync is needed"
@@ -69,37 +60,9 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
             args.source.tables.join(", ")
         );
     }
-    ready_to_stream(&client, &config, quiet).await?;
     drop(client);
 
-    let mut options = PgSourceOptions::new(config.clone());
-    // A slot the output's token does not show to be this stream's is created or replaced
-    // only when asked (a resumed stream, or its own interrupted snapshot, needs nothing).
-    options.slot_policy = SlotPolicy {
-        may_create: args.create_slot,
-        may_replace: args.create_slot,
-    };
-    options.snapshot_only = snapshot == SnapshotArg::InitialOnly;
-    options.end_lsn = args.end_lsn;
-    options.schema_policy = match (args.on_schema_change, args.format) {
-        (Some(SchemaChangeArg::Evolve), _) | (None, FormatArg::Debezium) => {
-            SchemaChangePolicy::Evolve
-        }
-        (Some(SchemaChangeArg::Fail), _) | (None, _) => SchemaChangePolicy::Fail,
-    };
-    options.snapshot_workers = usize::from(args.snapshot_workers);
-    options.backfill_chunk_rows = usize::try_from(args.chunk_rows).unwrap_or(usize::MAX);
-    options.resnapshot = args
-        .resnapshot
-        .iter()
-        .map(|t| {
-            cdc_core::TableName::parse(t).map_err(|e| {
-                CliError::usage(format!(
-                    "--resnapshot {t:?}: {e} (write it as schema.table)"
-                ))
-            })
-        })
-        .collect::<Result<_, _>>()?;
+    let mut options = stream_options(&args, config.clone())?;
     // Feldera JSON outputs (files, stdout, JetStream) apply a TRUNCATE only as a marker
     // the consumer acts on; with `error` or `skip`, a table copied again is refused up
     // front rather than failing midway or leaving its old rows beside the new copy.
@@ -115,7 +78,6 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
         !feldera_output || policies.truncate == cdc_sinks::feldera::TruncatePolicy::Marker;
     let source = ObservedSource::new(PgSource::new(options), config.slot_name());
     let pipeline = PipelineConfig {
-        commit_mode: config.commit_mode,
         checkpoint_interval: args.checkpoint_interval,
         ..PipelineConfig::default()
     };
@@ -179,6 +141,55 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
     finish(outcome)
 }
 
+/// The source configuration the flags give: every setting that has its home in
+/// `SourceConfig` (snapshot and commit mode among them) is set here and nowhere else.
+fn stream_config(args: &StreamArgs) -> Result<SourceConfig, CliError> {
+    let mut config = super::source_config(&args.source)?;
+    config.snapshot = match args.snapshot.unwrap_or(SnapshotArg::Online) {
+        SnapshotArg::Never => SnapshotMode::Never,
+        SnapshotArg::Consistent => SnapshotMode::Initial,
+        SnapshotArg::InitialOnly => SnapshotMode::InitialOnly,
+        SnapshotArg::Online => SnapshotMode::Online,
+    };
+    config.commit_mode = CommitMode::from(args.commit_mode);
+    config.streaming = args.streaming.into();
+    config.two_phase = args.two_phase;
+    config.failover = args.failover;
+    Ok(config)
+}
+
+/// The source's options the flags give, around `config`.
+fn stream_options(args: &StreamArgs, config: SourceConfig) -> Result<PgSourceOptions, CliError> {
+    let mut options = PgSourceOptions::new(config);
+    // A slot the output's token does not show to be this stream's is created or replaced
+    // only when asked (a resumed stream, or its own interrupted snapshot, needs nothing).
+    options.slot_policy = SlotPolicy {
+        may_create: args.create_slot,
+        may_replace: args.create_slot,
+    };
+    options.end_lsn = args.end_lsn;
+    options.schema_policy = match (args.on_schema_change, args.format) {
+        (Some(SchemaChangeArg::Evolve), _) | (None, FormatArg::Debezium) => {
+            SchemaChangePolicy::Evolve
+        }
+        (Some(SchemaChangeArg::Fail), _) | (None, _) => SchemaChangePolicy::Fail,
+    };
+    options.snapshot_workers = usize::from(args.snapshot_workers);
+    options.backfill_chunk_rows = usize::try_from(args.chunk_rows).unwrap_or(usize::MAX);
+    options.resnapshot = args
+        .resnapshot
+        .iter()
+        .map(|t| {
+            cdc_core::TableName::parse(t).map_err(|e| {
+                CliError::usage(format!(
+                    "--resnapshot {t:?}: {e} (write it as schema.table)"
+                ))
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(options)
+}
+
 /// The Debezium records' options from the command line.
 fn debezium_options(args: &StreamArgs, database: &str) -> DebeziumOptions {
     let mut options = DebeziumOptions::new(&args.debezium_name, database);
@@ -220,5 +231,61 @@ fn finish(outcome: RunOutcome) -> Result<ExitCode, CliError> {
     match outcome.result {
         Ok(_) => Ok(ExitCode::SUCCESS),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cdc_core::Source;
+    use cdc_postgres::source::PgSource;
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn stream_args(extra: &[&str]) -> StreamArgs {
+        let mut argv = vec![
+            "pgcdc",
+            "stream",
+            "--uri",
+            "postgres://u@localhost/shop",
+            "--publication",
+            "p",
+        ];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Stream(args) => *args,
+            _ => panic!("not the stream command"),
+        }
+    }
+
+    /// The flags reach the settings' one home, and the source built from it reports them
+    /// to the pipeline (the library's `settings_one_home` test runs such a source).
+    #[test]
+    fn commit_and_snapshot_flags_set_the_source_configuration_the_pipeline_reads() {
+        for (flags, commit, snapshot) in [
+            (vec![], CommitMode::Checkpoint, SnapshotMode::Online),
+            (
+                vec!["--commit-mode", "completion", "--snapshot", "initial-only"],
+                CommitMode::Completion,
+                SnapshotMode::InitialOnly,
+            ),
+            (
+                vec!["--snapshot", "consistent"],
+                CommitMode::Checkpoint,
+                SnapshotMode::Initial,
+            ),
+            (
+                vec!["--snapshot", "never"],
+                CommitMode::Checkpoint,
+                SnapshotMode::Never,
+            ),
+        ] {
+            let args = stream_args(&flags);
+            let config = stream_config(&args).unwrap();
+            let options = stream_options(&args, config).unwrap();
+            assert_eq!(options.config.snapshot, snapshot, "{flags:?}");
+            assert_eq!(PgSource::new(options).commit_mode(), commit, "{flags:?}");
+        }
     }
 }

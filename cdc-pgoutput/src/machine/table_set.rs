@@ -2,7 +2,7 @@
 //! holds of each table) against the tables configured for this run.
 //!
 //! Pure: the start hands it the token's record and the configured tables, and logs what
-//! it says. The rules (README: "Changing the table set"):
+//! it says. The rules (docs/snapshots-and-guarantees.md: "Changing the table set"):
 //! - a table the token records and this run streams goes on where it was;
 //! - a table new to the stream is copied online, or — with snapshot mode `never` — only
 //!   streamed from here on;

@@ -517,6 +517,10 @@ pub enum SnapshotMode {
     /// and an interrupted copy starts over.
     #[serde(alias = "consistent")]
     Initial,
+    /// Copy as [`SnapshotMode::Initial`] does, through a temporary slot, and stop: no
+    /// streaming (Debezium's `initial_only`). The run ends when the last row is
+    /// delivered; nothing is left on the server.
+    InitialOnly,
     /// Do not copy existing rows; stream changes from the slot's consistent point only.
     Never,
     /// Stream at once and read the tables in primary-key chunks alongside (online
@@ -534,6 +538,7 @@ impl SnapshotMode {
     pub fn as_str(self) -> &'static str {
         match self {
             SnapshotMode::Initial => "initial",
+            SnapshotMode::InitialOnly => "initial_only",
             SnapshotMode::Never => "never",
             SnapshotMode::Online => "online",
         }

@@ -90,7 +90,8 @@ pub struct SourceConfigJson {
     /// Replication slot name; default derived from host, port, database and publication.
     #[serde(default)]
     pub slot: Option<String>,
-    /// `online` (default), `initial` (alias `consistent`) or `never`.
+    /// `online` (default), `initial` (alias `consistent`), `initial_only` (copy, then
+    /// stop) or `never`.
     #[serde(default)]
     pub snapshot: SnapshotMode,
     /// `checkpoint` (default) or `completion`.
@@ -444,6 +445,7 @@ mod tests {
             ("online", SnapshotMode::Online),
             ("initial", SnapshotMode::Initial),
             ("consistent", SnapshotMode::Initial),
+            ("initial_only", SnapshotMode::InitialOnly),
             ("never", SnapshotMode::Never),
         ] {
             let config =

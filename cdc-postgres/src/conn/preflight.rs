@@ -358,6 +358,28 @@ impl PreflightReport {
         self.tables.iter().map(|t| t.name.clone()).collect()
     }
 
+    /// The same report for a run that resumes from a token: the slot must exist (as if
+    /// checked with [`PreflightOptions::slot_must_exist`]).
+    pub fn requiring_the_slot(mut self, slot: &str) -> Self {
+        if self.slot.is_none() {
+            self.problems.insert(
+                0,
+                Problem::error(ProblemKind::Slot(SlotProblem::Missing {
+                    slot: slot.to_owned(),
+                })),
+            );
+        }
+        self
+    }
+
+    /// Whether its errors can wait for [`crate::source::PgSource`]'s start, which retries
+    /// transient ones (a slot still held by a previous connection): none is of another
+    /// kind.
+    pub fn only_transient_errors(&self) -> bool {
+        self.problems_of(Severity::Error)
+            .all(|p| p.error_kind() == ErrorKind::Transient)
+    }
+
     /// Ok(self) if there is no error; otherwise one error of the first error's kind whose
     /// message lists every error (with its fix).
     pub fn into_result(self) -> Result<Self> {

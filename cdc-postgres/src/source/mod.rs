@@ -88,6 +88,8 @@ pub struct PgSource {
     /// Whether the statistics know that the run copies rows.
     reported_copying: bool,
     slot_poller: Option<slot_poller::SlotPoller>,
+    /// The preflight report of `check`, for the `start` that follows it.
+    checked: Option<crate::conn::PreflightReport>,
 }
 
 impl PgSource {
@@ -126,6 +128,7 @@ impl PgSource {
             reported_state: SourceState::Starting,
             reported_copying: false,
             slot_poller: None,
+            checked: None,
         }
     }
 
@@ -255,6 +258,14 @@ impl Source for PgSource {
 
     fn confirm_handle(&self) -> ConfirmHandle {
         self.confirm.clone()
+    }
+
+    fn commit_mode(&self) -> cdc_core::CommitMode {
+        self.options.config.commit_mode
+    }
+
+    async fn check(&mut self) -> Result<()> {
+        self.check_server().await
     }
 
     async fn abandon_start(&mut self) -> Result<()> {

@@ -61,8 +61,6 @@ pub struct PgSourceOptions {
     /// refuses such a run with a Config error naming the tables, before anything is
     /// delivered, instead of leaving the old rows beside the new copy.
     pub sink_applies_truncate: bool,
-    /// Copy the snapshot and stop (`initial_only`): no streaming; the slot is temporary.
-    pub snapshot_only: bool,
     /// Stop cleanly once the stream reaches this LSN (like `pg_recvlogical -E`), and any
     /// online snapshot is complete.
     pub end_lsn: Option<Lsn>,
@@ -96,7 +94,6 @@ impl PgSourceOptions {
             backfill_chunk_rows: 10_000,
             resnapshot: Vec::new(),
             sink_applies_truncate: true,
-            snapshot_only: false,
             end_lsn: None,
             reconnect: ReconnectPolicy::default(),
             stream: StreamOptions::default(),

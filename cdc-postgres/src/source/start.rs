@@ -37,6 +37,11 @@ impl PgSource {
         start(self, resume).await
     }
 
+    /// See `check`.
+    pub(super) async fn check_server(&mut self) -> Result<()> {
+        check(self).await
+    }
+
     /// See `restart_snapshot`.
     pub(super) async fn restart_snapshot(&mut self) -> Result<()> {
         restart_snapshot(self).await
@@ -64,16 +69,41 @@ fn routing(tables: &[CatalogTable]) -> TableRouting {
     routing
 }
 
+/// Before the sink is opened: the preflight of the run (configuration, server, role,
+/// publication, tables, slot), kept for `start`, so that a run that cannot work is refused
+/// before its output is touched. Errors `start` retries (the server unreachable for now, a
+/// slot still held by a previous connection) are left to it.
+async fn check(source: &mut PgSource) -> Result<()> {
+    let config = &source.options.config;
+    config.validate()?;
+    let sql = match connect_sql(&config.connection).await {
+        Ok(sql) => sql,
+        Err(e) if e.is_transient() => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let report = match preflight(&sql, config, &PreflightOptions::default()).await {
+        Ok(report) => report,
+        Err(e) if e.is_transient() => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !report.only_transient_errors() {
+        report.into_result()?;
+        return Ok(());
+    }
+    source.checked = Some(report);
+    Ok(())
+}
+
 async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Lsn> {
     let config = source.options.config.clone();
     config.validate()?;
     let mut facts = StartFacts {
         snapshot: match config.snapshot {
             SnapshotMode::Never => SnapshotChoice::Never,
-            SnapshotMode::Initial => SnapshotChoice::Consistent,
+            SnapshotMode::Initial | SnapshotMode::InitialOnly => SnapshotChoice::Consistent,
             SnapshotMode::Online => SnapshotChoice::Online,
         },
-        snapshot_only: source.options.snapshot_only,
+        snapshot_only: config.snapshot == SnapshotMode::InitialOnly,
         token: resume.map(|t| TokenFacts {
             mid_snapshot: t.snapshot.is_some(),
             covered: t.commit_end.unwrap_or(Lsn::ZERO),
@@ -84,19 +114,30 @@ async fn start(source: &mut PgSource, resume: Option<&ResumeToken>) -> Result<Ls
     // Refused before anything is opened.
     refuse_configuration(&facts)?;
     let sql = connect_sql(&config.connection).await?;
-    let report = preflight(
-        &sql,
-        &config,
-        &PreflightOptions {
-            slot_must_exist: slot_must_exist(&facts),
-            own_pid: None,
-        },
-    )
-    .await?;
+    let report = match source.checked.take() {
+        // Checked before the sink was opened: the one preflight of this attempt.
+        Some(report) if slot_must_exist(&facts) => report.requiring_the_slot(&source.slot),
+        Some(report) => report,
+        None => {
+            preflight(
+                &sql,
+                &config,
+                &PreflightOptions {
+                    slot_must_exist: slot_must_exist(&facts),
+                    own_pid: None,
+                },
+            )
+            .await?
+        }
+    };
     if let Some(token) = resume {
         refuse_slot_lost_in_promotion(&config, &report, token).await?;
     }
     let report = report.into_result()?;
+    // The one preflight of a run: what is not an error is said once, here.
+    for warning in report.problems_of(crate::conn::Severity::Warning) {
+        tracing::warn!("{warning}");
+    }
     refuse_failover_slot_on_standby(&config, &report)?;
     source.server_version = report.server_version_num;
     source.in_recovery = report.in_recovery;
@@ -414,7 +455,7 @@ pub(super) async fn begin_snapshot(
     mut repl: ReplicationConnection,
     restarted: bool,
 ) -> Result<Lsn> {
-    let temporary = source.options.snapshot_only;
+    let temporary = source.options.config.snapshot == SnapshotMode::InitialOnly;
     let created = create_slot(
         source,
         &mut repl,
@@ -545,7 +586,7 @@ async fn create_slot(
 /// How long slot creation may take before pgcdc says what it waits for.
 const SLOT_CREATION_NOTICE_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// After the snapshot: stream from the consistent point, or end (`snapshot_only`).
+/// After the snapshot: stream from the consistent point, or end (`InitialOnly`).
 ///
 /// The session that exported the snapshot may have died during the copy (terminated,
 /// network loss, a proxy's idle timeout). The copy stands all the same: every worker
@@ -556,7 +597,7 @@ const SLOT_CREATION_NOTICE_AFTER: std::time::Duration = std::time::Duration::fro
 /// connection loss, with the same backoff and checks.
 async fn after_snapshot(source: &mut PgSource) -> Result<()> {
     let parked = source.parked.take();
-    if source.options.snapshot_only {
+    if source.options.config.snapshot == SnapshotMode::InitialOnly {
         if let Some(repl) = parked {
             repl.close().await;
         }

@@ -144,7 +144,7 @@ pub enum DecimalMode {
     Precise,
     /// The number's text (`"1234.567"`); NaN and infinities as `"NAN"`,
     /// `"POSITIVE_INFINITY"`, `"NEGATIVE_INFINITY"`. The decimals Feldera's
-    /// `debezium_postgres` JSON flavor reads (README: "Feldera's Debezium input").
+    /// `debezium_postgres` JSON flavor reads (docs/formats.md: "Feldera's Debezium input").
     String,
     /// A JSON number (rounded to a double); NaN and infinities as strings.
     Double,

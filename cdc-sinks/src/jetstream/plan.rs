@@ -433,7 +433,7 @@ impl Planner {
 /// The error for a consistent snapshot taken again: its rows are in the stream.
 pub(super) fn restarted() -> Error {
     Error::sink(
-        "the source restarted the initial snapshot, but the rows of the interrupted one are already in the JetStream stream and cannot be withdrawn; purge the stream and delete pgcdc's resume entry (see README: JetStream), or use --snapshot online, whose chunks are never taken again",
+        "the source restarted the initial snapshot, but the rows of the interrupted one are already in the JetStream stream and cannot be withdrawn; purge the stream and delete pgcdc's resume entry (see docs/jetstream.md), or use --snapshot online, whose chunks are never taken again",
     )
 }
 

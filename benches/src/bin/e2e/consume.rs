@@ -93,7 +93,9 @@ fn options(args: &Args) -> Result<PgSourceOptions, String> {
             ));
         }
     };
-    options.snapshot_only = args.flag("snapshot-only");
+    if args.flag("snapshot-only") {
+        options.config.snapshot = SnapshotMode::InitialOnly;
+    }
     options.snapshot_workers = args.value("workers", options.snapshot_workers)?;
     options.snapshot_chunk_pages = args.value("chunk-pages", options.snapshot_chunk_pages)?;
     options.stream_memory_limit = args.value("stream-memory", options.stream_memory_limit)?;

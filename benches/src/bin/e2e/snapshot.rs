@@ -1,4 +1,4 @@
-//! Snapshot: one table of `--rows` rows copied by the library (`snapshot_only`, each
+//! Snapshot: one table of `--rows` rows copied by the library (`SnapshotMode::InitialOnly`, each
 //! worker count of `--workers`) and by `psql` running `COPY … TO STDOUT` into `/dev/null`
 //! (text, the anchor, and binary); runs alternate.
 
