@@ -11,6 +11,8 @@
 //! [`Source`] traits and the [`Pipeline`] that drives one into the other (tokio). Build
 //! with `default-features = false` for the model alone.
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod error;
 pub mod event;
 pub mod lsn;
