@@ -109,9 +109,10 @@ fn encode_all(encoder: &mut FelderaEncoder, frame: &mut Frame, events: &[ChangeE
 fn feldera_json<M: Measurement>(c: &mut Criterion<M>) {
     let inserts = insert_events();
     let (updates, deletes) = updates_and_deletes(&inserts);
-    let options = EncoderOptions {
-        table_key: true,
-        ..EncoderOptions::default()
+    let options = {
+        let mut options = EncoderOptions::default();
+        options.table_key = true;
+        options
     };
     let cases = [
         ("insert", &inserts),

@@ -7,6 +7,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// What kind of failure happened, and so what to do about it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// A temporary failure (connection lost, server restarting, too many connections):
     /// retry with backoff; resuming from the acknowledged position loses nothing.

@@ -51,6 +51,7 @@ pub struct TxCommit {
 
 /// Markers around the initial snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SnapshotMarker {
     /// A snapshot of the configured tables starts; rows of the following `TableStarted`
     /// tables are inserts of the snapshot. An online snapshot puts it before its first
@@ -105,6 +106,7 @@ pub enum SnapshotMarker {
 
 /// What happened.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EventKind {
     /// A transaction starts. Its events follow, then `Commit`.
     Begin(TxBegin),

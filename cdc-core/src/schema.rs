@@ -63,6 +63,7 @@ pub struct ColumnType {
 
 /// What the catalog says of a type beyond its OID, where a sink's schema needs it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum TypeDefinition {
     /// A built-in type, or one nothing more is known of.
     #[default]

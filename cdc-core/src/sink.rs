@@ -132,6 +132,7 @@ pub trait Sink: Send {
 
 /// Limits that end a batch: whichever is reached first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BatchLimits {
     /// Maximum events in one batch.
     pub max_events: usize,

@@ -187,9 +187,10 @@ async fn correct_sinks_pass_in_both_commit_modes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broken_sinks_fail_the_kit() {
-    let checkpoint_only = KitOptions {
-        commit_modes: vec![CommitMode::Checkpoint],
-        ..KitOptions::default()
+    let checkpoint_only = {
+        let mut options = KitOptions::default();
+        options.commit_modes = vec![CommitMode::Checkpoint];
+        options
     };
     for (flaw, expected) in [
         (Flaw::AcksEarly, "acknowledged before it was durable"),

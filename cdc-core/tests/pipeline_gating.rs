@@ -390,11 +390,9 @@ fn run_scenario_with(
         .start_paused(true)
         .build()
         .unwrap();
-    let config = PipelineConfig {
-        checkpoint_interval,
-        max_in_flight_bytes: 4096,
-        max_in_flight_batches: 4,
-    };
+    let config = PipelineConfig::default()
+        .with_checkpoint_interval(checkpoint_interval)
+        .with_max_in_flight(4096, 4);
     runtime.block_on(async {
         let make = || {
             let confirm = {

@@ -360,28 +360,28 @@ pub struct PolicyArgs {
 impl PolicyArgs {
     /// The sink policies.
     pub fn policies(&self) -> cdc_sinks::Policies {
-        cdc_sinks::Policies {
-            non_finite: match self.on_non_finite {
-                ValuePolicyArg::Error => NonFinitePolicy::Error,
-                ValuePolicyArg::Null => NonFinitePolicy::Null,
-                ValuePolicyArg::String => NonFinitePolicy::String,
-            },
-            out_of_range: match self.on_out_of_range {
-                ValuePolicyArg::Error => OutOfRangePolicy::Error,
-                ValuePolicyArg::Null => OutOfRangePolicy::Null,
-                ValuePolicyArg::String => OutOfRangePolicy::String,
-            },
-            array_bounds: match self.on_array_bounds {
-                ArrayBoundsArg::Error => ArrayBoundsPolicy::Error,
-                ArrayBoundsArg::DropBounds => ArrayBoundsPolicy::DropBounds,
-                ArrayBoundsArg::String => ArrayBoundsPolicy::String,
-            },
-            truncate: match self.on_truncate {
-                TruncateArg::Error => TruncatePolicy::Error,
-                TruncateArg::Skip => TruncatePolicy::Skip,
-                TruncateArg::Marker => TruncatePolicy::Marker,
-            },
-        }
+        let mut policies = cdc_sinks::Policies::default();
+        policies.non_finite = match self.on_non_finite {
+            ValuePolicyArg::Error => NonFinitePolicy::Error,
+            ValuePolicyArg::Null => NonFinitePolicy::Null,
+            ValuePolicyArg::String => NonFinitePolicy::String,
+        };
+        policies.out_of_range = match self.on_out_of_range {
+            ValuePolicyArg::Error => OutOfRangePolicy::Error,
+            ValuePolicyArg::Null => OutOfRangePolicy::Null,
+            ValuePolicyArg::String => OutOfRangePolicy::String,
+        };
+        policies.array_bounds = match self.on_array_bounds {
+            ArrayBoundsArg::Error => ArrayBoundsPolicy::Error,
+            ArrayBoundsArg::DropBounds => ArrayBoundsPolicy::DropBounds,
+            ArrayBoundsArg::String => ArrayBoundsPolicy::String,
+        };
+        policies.truncate = match self.on_truncate {
+            TruncateArg::Error => TruncatePolicy::Error,
+            TruncateArg::Skip => TruncatePolicy::Skip,
+            TruncateArg::Marker => TruncatePolicy::Marker,
+        };
+        policies
     }
 }
 

@@ -73,6 +73,7 @@ impl Summary {
                 match run.end {
                     RunEnd::SourceEnded => "end_reached",
                     RunEnd::Shutdown => "stopped",
+                    _ => "ended",
                 },
                 run.confirmed,
                 None,

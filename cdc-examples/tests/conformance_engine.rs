@@ -67,9 +67,10 @@ async fn the_embedded_engine_example_sink_conforms() {
         dir: tempfile::tempdir().unwrap(),
         case: 0,
     };
-    let options = KitOptions {
-        cases: 4,
-        ..KitOptions::default()
+    let options = {
+        let mut options = KitOptions::default();
+        options.cases = 4;
+        options
     };
     let report = check_sink(&mut harness, &options)
         .await

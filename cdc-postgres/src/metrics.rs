@@ -148,6 +148,7 @@ fn error_kind_label(kind: ErrorKind) -> &'static str {
         ErrorKind::ResyncRequired => "resync_required",
         ErrorKind::Sink => "sink",
         ErrorKind::Rejected => "rejected",
+        _ => "other",
     }
 }
 

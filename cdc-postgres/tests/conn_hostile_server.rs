@@ -424,10 +424,11 @@ mod conn {
                 peer.linger().await;
             })
             .await;
-            let options = StreamOptions {
-                receive_timeout: Some(Duration::from_secs(2)),
-                follow_wal_sender_timeout: false,
-                ..StreamOptions::default()
+            let options = {
+                let mut options = StreamOptions::default();
+                options.receive_timeout = Some(Duration::from_secs(2));
+                options.follow_wal_sender_timeout = false;
+                options
             };
             let stream = start_stream(&config, options).await;
             let error = stream_error(stream).await;

@@ -81,10 +81,11 @@ mod conn {
     #[tokio::test]
     async fn a_consumer_that_stops_reading_is_not_disconnected() {
         let cluster = cluster().await;
-        let options = StreamOptions {
-            channel_capacity: 1,
-            read_buffer_size: 16 * 1024,
-            ..StreamOptions::default()
+        let options = {
+            let mut options = StreamOptions::default();
+            options.channel_capacity = 1;
+            options.read_buffer_size = 16 * 1024;
+            options
         };
         let (mut stream, pid) = start(&cluster, "slow_slot", "big_pub", options).await;
 
@@ -131,10 +132,11 @@ mod conn {
     async fn keepalives_that_request_a_reply_are_answered_at_once() {
         let cluster = cluster().await;
         // No timer worth the name: only the answers to the server's pings keep us connected.
-        let options = StreamOptions {
-            status_interval: Duration::from_secs(3600),
-            follow_wal_sender_timeout: false,
-            ..StreamOptions::default()
+        let options = {
+            let mut options = StreamOptions::default();
+            options.status_interval = Duration::from_secs(3600);
+            options.follow_wal_sender_timeout = false;
+            options
         };
         let (mut stream, pid) = start(&cluster, "idle_slot", "idle_pub", options).await;
         // The timer ticked once, at the start; every later update answers a ping.
@@ -191,9 +193,10 @@ mod conn {
     async fn a_frozen_walsender_is_presumed_dead_within_the_bound() {
         let cluster = cluster().await;
         // Raised to twice the server's 2 s: the stream gives up after 4 s of silence.
-        let options = StreamOptions {
-            receive_timeout: Some(Duration::from_secs(1)),
-            ..StreamOptions::default()
+        let options = {
+            let mut options = StreamOptions::default();
+            options.receive_timeout = Some(Duration::from_secs(1));
+            options
         };
         let (mut stream, pid) = start(&cluster, "frozen_slot", "idle_pub", options).await;
         let frozen = Frozen::new(pid);

@@ -149,9 +149,10 @@ mod conn {
             )
             .await
             .unwrap();
-        let options = StreamOptions {
-            status_interval: Duration::from_millis(100),
-            ..StreamOptions::default()
+        let options = {
+            let mut options = StreamOptions::default();
+            options.status_interval = Duration::from_millis(100);
+            options
         };
         let mut stream = repl
             .start_replication(

@@ -76,9 +76,10 @@ async fn slot_after_a_change(
     config.slot = Some(slot.to_owned());
     let source = source(config);
     let mode = source.commit_mode();
-    let handle = MemoryHandle::new(MemorySinkOptions {
-        async_checkpoints: true,
-        ..Default::default()
+    let handle = MemoryHandle::new({
+        let mut options = MemorySinkOptions::default();
+        options.async_checkpoints = true;
+        options
     });
     let pipeline = Pipeline::new(source, handle.sink(), pipeline_config());
     let shutdown = pipeline.shutdown_handle();

@@ -116,14 +116,11 @@ async fn consumer_killed_mid_snapshot_redoes_it_with_a_restart_marker() {
     // Small batches and frequent checkpoints, so durable checkpoints fall inside the copy.
     let mut source_options = options(&cluster, &TABLES);
     source_options.config.batch.max_events = 500;
-    let pipeline = Pipeline::new(
-        PgSource::new(source_options),
-        handle.sink(),
-        PipelineConfig {
-            checkpoint_interval: Duration::from_millis(5),
-            ..PipelineConfig::default()
-        },
-    );
+    let pipeline = Pipeline::new(PgSource::new(source_options), handle.sink(), {
+        let mut options = PipelineConfig::default();
+        options.checkpoint_interval = Duration::from_millis(5);
+        options
+    });
     let running = Running {
         shutdown: pipeline.shutdown_handle(),
         task: tokio::spawn(pipeline.run()),
@@ -192,22 +189,20 @@ async fn terminated_walsender_is_reconnected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completion_mode_window_lost_by_a_stateful_sink_is_reported_as_a_gap() {
     let cluster = setup(10).await;
-    let handle = MemoryHandle::new(cdc_sinks::memory::MemorySinkOptions {
+    let handle = MemoryHandle::new({
+        let mut options = cdc_sinks::memory::MemorySinkOptions::default();
         // The sink never makes anything durable on its own: every checkpoint stays pending.
-        async_checkpoints: true,
-        ..Default::default()
+        options.async_checkpoints = true;
+        options
     });
     let mut options = options(&cluster, &TABLES);
     options.config.commit_mode = CommitMode::Completion;
     let slot = options.config.slot_name();
-    let pipeline = Pipeline::new(
-        PgSource::new(options),
-        handle.sink(),
-        PipelineConfig {
-            checkpoint_interval: Duration::from_millis(100),
-            ..PipelineConfig::default()
-        },
-    );
+    let pipeline = Pipeline::new(PgSource::new(options), handle.sink(), {
+        let mut options = PipelineConfig::default();
+        options.checkpoint_interval = Duration::from_millis(100);
+        options
+    });
     let task = tokio::spawn(pipeline.run());
     // Make the whole snapshot durable so the sink has a token past it, then stream more.
     // (An earlier checkpoint may fall between the two tables' rows: its token would make

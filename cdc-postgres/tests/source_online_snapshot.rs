@@ -106,10 +106,11 @@ async fn a_range_that_grows_after_its_end_was_found_is_cut_at_its_cap() {
         .unwrap();
     let tables = ["public.spread"];
     let chunk = 10u64;
-    let handle = MemoryHandle::new(cdc_sinks::memory::MemorySinkOptions {
-        async_writes: true,
-        async_checkpoints: true,
-        ..Default::default()
+    let handle = MemoryHandle::new({
+        let mut options = cdc_sinks::memory::MemorySinkOptions::default();
+        options.async_writes = true;
+        options.async_checkpoints = true;
+        options
     });
     let mut options = online(&cluster, &tables, chunk as usize);
     options.snapshot_workers = 2;

@@ -210,9 +210,10 @@ async fn a_truncate_sent_again_after_a_reconnect_does_not_restart_the_copy_twice
         .await
         .unwrap();
     // Nothing becomes durable: the slot stays at its start, before the TRUNCATE.
-    let handle = MemoryHandle::new(cdc_sinks::memory::MemorySinkOptions {
-        async_checkpoints: true,
-        ..Default::default()
+    let handle = MemoryHandle::new({
+        let mut options = cdc_sinks::memory::MemorySinkOptions::default();
+        options.async_checkpoints = true;
+        options
     });
     let table = cdc_core::TableName::new("public", "tt");
     let mut running = spawn(online(&cluster, &["public.tt"], 5), &handle);

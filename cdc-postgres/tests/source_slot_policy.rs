@@ -84,10 +84,7 @@ async fn a_slot_without_a_token_is_replaced_or_created_only_when_allowed() {
         .execute(&format!("SELECT pg_drop_replication_slot('{slot}')"))
         .await
         .unwrap();
-    options.slot_policy = SlotPolicy {
-        may_create: false,
-        may_replace: false,
-    };
+    options.slot_policy = SlotPolicy::new(false, false);
     let err = run_to_error(options).await;
     assert_eq!(err.kind(), ErrorKind::Config, "{err}");
     assert!(err.to_string().contains("may_create"), "{err}");

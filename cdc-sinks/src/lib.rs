@@ -31,6 +31,16 @@ mod json;
 pub mod testing;
 
 pub use debezium::{DebeziumEncoder, DebeziumOptions};
+
+/// The error for an event kind this version of the sinks does not know (`EventKind` is
+/// `#[non_exhaustive]`: a later cdc-core may add kinds). Refused, never skipped: the
+/// event may carry rows.
+pub(crate) fn unknown_event(event: &cdc_core::ChangeEvent) -> cdc_core::Error {
+    cdc_core::Error::rejected(format!(
+        "the event at {} is of a kind this version of cdc-sinks does not know; use the cdc-sinks release that matches cdc-core",
+        event.position
+    ))
+}
 pub use feldera::{EncoderOptions, FelderaEncoder, FelderaStreamSink, Framing, Policies};
 pub use file::{FelderaFileSink, FileLayout, FileSinkOptions};
 pub use memory::{MemoryHandle, MemorySink, MemorySinkOptions};

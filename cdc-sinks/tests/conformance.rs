@@ -249,9 +249,10 @@ impl SinkHarness for JetStream {
 }
 
 fn options() -> KitOptions {
-    KitOptions {
-        cases: 6,
-        ..KitOptions::default()
+    {
+        let mut options = KitOptions::default();
+        options.cases = 6;
+        options
     }
 }
 
@@ -295,12 +296,13 @@ async fn the_jetstream_sink_conforms_with_feldera_json_and_with_debezium_records
         // JetStream cannot withdraw published rows: no consistent snapshot taken again
         // (the sink refuses one, by design); its Feldera JSON has no truncate. Completion
         // mode is refused by the CLI for JetStream; the library's sink is checked in both.
-        let kit = KitOptions {
-            cases: 3,
-            snapshot: false,
-            truncates: debezium,
-            commit_modes: vec![CommitMode::Checkpoint],
-            ..KitOptions::default()
+        let kit = {
+            let mut options = KitOptions::default();
+            options.cases = 3;
+            options.snapshot = false;
+            options.truncates = debezium;
+            options.commit_modes = vec![CommitMode::Checkpoint];
+            options
         };
         let report = check_sink(&mut harness, &kit)
             .await

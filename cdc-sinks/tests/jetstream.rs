@@ -49,9 +49,10 @@ fn options(nats: &NatsCluster, stream: &str, replicas: usize) -> JetStreamOption
         stream,
         "test",
     );
-    o.create_stream = Some(StreamSettings {
-        replicas,
-        ..StreamSettings::default()
+    o.create_stream = Some({
+        let mut options = StreamSettings::default();
+        options.replicas = replicas;
+        options
     });
     o.retry_for = Duration::from_secs(60);
     o

@@ -78,6 +78,7 @@ pub trait SinkHarness: Send {
 
 /// What the kit runs.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct KitOptions {
     /// Histories to run (each in every mode of `commit_modes`).
     pub cases: u32,
@@ -116,6 +117,7 @@ impl Default for KitOptions {
 
 /// What a passing run did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KitReport {
     /// Histories run (times commit modes).
     pub runs: u32,
@@ -218,10 +220,8 @@ async fn run_case<H: SinkHarness>(
             commit_mode,
             seed.wrapping_mul(31).wrapping_add(run),
         );
-        let config = PipelineConfig {
-            checkpoint_interval: options.checkpoint_interval,
-            ..PipelineConfig::default()
-        };
+        let config =
+            PipelineConfig::default().with_checkpoint_interval(options.checkpoint_interval);
         let mut task = tokio::spawn(Pipeline::new(source, sink, config).run());
         tokio::select! {
             Ok(()) = crashed_rx => {

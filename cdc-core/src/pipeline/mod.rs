@@ -21,6 +21,7 @@ use crate::{
 /// How the pipeline runs. (Which acknowledgement moves the source's confirmed position,
 /// the [`CommitMode`], is the source's setting: [`Source::commit_mode`].)
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct PipelineConfig {
     /// How often the pipeline asks the sink to checkpoint while data is flowing (at
     /// least every millisecond: a zero interval counts as 1 ms).
@@ -39,6 +40,22 @@ impl Default for PipelineConfig {
             max_in_flight_bytes: 64 << 20,
             max_in_flight_batches: 64,
         }
+    }
+}
+
+impl PipelineConfig {
+    /// The same configuration checkpointing every `interval`.
+    pub fn with_checkpoint_interval(mut self, interval: Duration) -> Self {
+        self.checkpoint_interval = interval;
+        self
+    }
+
+    /// The same configuration with these backpressure limits (bytes and batches written
+    /// and not yet processed).
+    pub fn with_max_in_flight(mut self, bytes: usize, batches: usize) -> Self {
+        self.max_in_flight_bytes = bytes;
+        self.max_in_flight_batches = batches;
+        self
     }
 }
 
@@ -71,6 +88,7 @@ pub struct RunSummary {
 
 /// Why a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RunEnd {
     /// The source ended (end position reached, snapshot-only run done).
     SourceEnded,

@@ -36,6 +36,7 @@ pub fn exit_code(kind: ErrorKind) -> u8 {
         ErrorKind::Protocol => EXIT_PROTOCOL,
         ErrorKind::Sink => EXIT_SINK,
         ErrorKind::Rejected => EXIT_REJECTED,
+        _ => EXIT_OTHER,
     }
 }
 

@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 
 use cdc_sinks::Policies;
 use cdc_sinks::jetstream::{
-    DEFAULT_RESUME_BUCKET, DEFAULT_SUBJECT_TEMPLATE, Grouping, JetStreamOptions, NatsAuth, NatsTls,
+    DEFAULT_RESUME_BUCKET, DEFAULT_SUBJECT_TEMPLATE, Grouping, JetStreamOptions, NatsAuth,
     StreamSettings, SubjectTemplate,
 };
 
@@ -152,18 +152,16 @@ impl NatsArgs {
         options.policies = policies;
         options.resume_bucket = self.resume_bucket.clone();
         if self.create_stream {
-            options.create_stream = Some(StreamSettings {
-                replicas: usize::from(self.stream_replicas),
-                max_age: self.stream_max_age,
-                duplicate_window: self.stream_duplicate_window,
-            });
+            let mut settings = StreamSettings::default();
+            settings.replicas = usize::from(self.stream_replicas);
+            settings.max_age = self.stream_max_age;
+            settings.duplicate_window = self.stream_duplicate_window;
+            options.create_stream = Some(settings);
         }
         options.auth = self.auth()?;
-        options.tls = NatsTls {
-            require: self.nats_require_tls || tls_scheme,
-            ca_file: self.nats_tls_ca.clone(),
-            client_cert: self.nats_tls_cert.clone().zip(self.nats_tls_key.clone()),
-        };
+        options.tls.require = self.nats_require_tls || tls_scheme;
+        options.tls.ca_file = self.nats_tls_ca.clone();
+        options.tls.client_cert = self.nats_tls_cert.clone().zip(self.nats_tls_key.clone());
         Ok(Some(options))
     }
 

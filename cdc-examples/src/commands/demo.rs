@@ -79,17 +79,11 @@ async fn demo(
     }
     let mut options = PgSourceOptions::new(config);
     // The demo's own slot, replaced at every run.
-    options.slot_policy = SlotPolicy {
-        may_create: true,
-        may_replace: true,
-    };
+    options.slot_policy = SlotPolicy::new(true, true);
     let source = ObservedSource::new(PgSource::new(options), DEMO.to_owned());
     let sink = FelderaStreamSink::new(
         std::io::BufWriter::new(std::io::stdout()),
-        EncoderOptions {
-            table_key: true,
-            ..EncoderOptions::default()
-        },
+        EncoderOptions::new(Default::default(), true),
         Framing::Lines,
     );
     let workload = tokio::spawn(workload(client, args.rate, args.seed_rows));

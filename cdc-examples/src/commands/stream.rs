@@ -77,10 +77,7 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
     options.sink_applies_truncate =
         !feldera_output || policies.truncate == cdc_sinks::feldera::TruncatePolicy::Marker;
     let source = ObservedSource::new(PgSource::new(options), config.slot_name());
-    let pipeline = PipelineConfig {
-        checkpoint_interval: args.checkpoint_interval,
-        ..PipelineConfig::default()
-    };
+    let pipeline = PipelineConfig::default().with_checkpoint_interval(args.checkpoint_interval);
     let mut run = RunOptions {
         command: "stream",
         quiet,
@@ -107,19 +104,13 @@ pub async fn run(args: StreamArgs, global: &GlobalArgs) -> Result<ExitCode, CliE
             if args.format == FormatArg::Debezium {
                 file.debezium = Some(debezium_options(&args, &config.connection.dbname));
             }
-            file.encoder = EncoderOptions {
-                policies,
-                table_key: file.layout == FileLayout::Multiplexed,
-            };
+            file.encoder = EncoderOptions::new(policies, file.layout == FileLayout::Multiplexed);
             let sink = FelderaFileSink::new(file)?;
             run.policy_log = Some(sink.policy_log());
             run_pipeline(source, sink, pipeline, &run).await?
         }
         (None, FormatArg::Feldera) => {
-            let encoder = EncoderOptions {
-                policies,
-                table_key: true,
-            };
+            let encoder = EncoderOptions::new(policies, true);
             let sink = FelderaStreamSink::new(stdout(), encoder, Framing::Lines);
             run.policy_log = Some(sink.policy_log());
             run_pipeline(source, sink, pipeline, &run).await?
@@ -163,10 +154,7 @@ fn stream_options(args: &StreamArgs, config: SourceConfig) -> Result<PgSourceOpt
     let mut options = PgSourceOptions::new(config);
     // A slot the output's token does not show to be this stream's is created or replaced
     // only when asked (a resumed stream, or its own interrupted snapshot, needs nothing).
-    options.slot_policy = SlotPolicy {
-        may_create: args.create_slot,
-        may_replace: args.create_slot,
-    };
+    options.slot_policy = SlotPolicy::new(args.create_slot, args.create_slot);
     options.end_lsn = args.end_lsn;
     options.schema_policy = match (args.on_schema_change, args.format) {
         (Some(SchemaChangeArg::Evolve), _) | (None, FormatArg::Debezium) => {

@@ -11,6 +11,7 @@ use crate::types::{TypeInfo, TypeRegistry};
 
 /// What to do when a Relation message differs from the schema already known for it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SchemaChangePolicy {
     /// Stop with an error naming the table and the difference, before any row under the
     /// new schema is emitted (default).

@@ -245,6 +245,15 @@ fn bad_value_names_table_column_and_position() {
         msg.contains("\"id\"") && msg.contains("public.t") && msg.contains("0/1#2"),
         "{msg}"
     );
+    // The typed decode error is the source, for an engine that matches on it.
+    let source = std::error::Error::source(&err).expect("a source");
+    let typed = source
+        .downcast_ref::<crate::types::TypeDecodeError>()
+        .expect("a TypeDecodeError");
+    assert!(
+        matches!(typed.reason, crate::types::DecodeErrorKind::Syntax(_)),
+        "{typed:?}"
+    );
 }
 
 #[test]

@@ -34,10 +34,13 @@ pub(crate) fn decode_row(
             Ok(v) => v,
             Err(e) => {
                 let column_name = schema.columns.get(index).map_or("?", |c| c.name.as_str());
+                // The typed error stays reachable (`source()`, downcast to
+                // `TypeDecodeError`) for an engine that matches on it.
                 return Err(Error::protocol(format!(
                     "cannot decode column {column_name:?} of table {} at {position}: {e}",
                     schema.name
-                )));
+                ))
+                .with_source(e));
             }
         };
         row.push(value);

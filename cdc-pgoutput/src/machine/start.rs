@@ -36,6 +36,7 @@ pub struct SlotFacts {
 /// (a token that streamed from the slot, or that an interrupted snapshot of this stream
 /// left behind, needs no permission: the run that made the slot had it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SlotPolicy {
     /// Create the slot when it does not exist. Default: yes.
     pub may_create: bool,
@@ -43,6 +44,17 @@ pub struct SlotPolicy {
     /// state store lost it, or another consumer made the slot). Default: no — the slot
     /// may be another consumer's, or hold the only way to the changes the sink lost.
     pub may_replace: bool,
+}
+
+impl SlotPolicy {
+    /// A policy that may create a missing slot (`may_create`) and may replace one no
+    /// token shows to be this stream's (`may_replace`).
+    pub const fn new(may_create: bool, may_replace: bool) -> Self {
+        SlotPolicy {
+            may_create,
+            may_replace,
+        }
+    }
 }
 
 impl Default for SlotPolicy {

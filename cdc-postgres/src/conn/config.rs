@@ -480,6 +480,7 @@ impl<'de> Deserialize<'de> for TableRef {
 /// aborted one is dropped) instead of spilling it to disk itself and sending it at commit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Streaming {
     /// The best the server offers (default): `Parallel` on PostgreSQL 16+, `On` on 14 and
     /// 15, `Off` before.
@@ -509,6 +510,7 @@ impl Streaming {
 /// What happens before streaming when the slot is new.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SnapshotMode {
     /// Copy every configured table under the slot's exported snapshot, then stream from
     /// the slot's consistent point (the consistent mode, spelled `initial` or
@@ -552,6 +554,7 @@ impl SnapshotMode {
 /// from JSON in the shape of Feldera's `postgres_cdc` connector
 /// ([`SourceConfig::from_json`]; see [`super::SourceConfigJson`] for every field).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SourceConfig {
     /// How to reach the server.
     pub connection: ConnectionConfig,

@@ -206,14 +206,12 @@ impl TryFrom<SourceConfigJson> for SourceConfig {
             }
         }
 
-        let defaults = BatchLimits::default();
-        let batch = BatchLimits {
-            max_events: json.max_batch_events.unwrap_or(defaults.max_events),
-            max_bytes: json.max_batch_bytes.unwrap_or(defaults.max_bytes),
-            max_latency: json
-                .max_batch_latency_ms
-                .map_or(defaults.max_latency, Duration::from_millis),
-        };
+        let mut batch = BatchLimits::default();
+        batch.max_events = json.max_batch_events.unwrap_or(batch.max_events);
+        batch.max_bytes = json.max_batch_bytes.unwrap_or(batch.max_bytes);
+        batch.max_latency = json
+            .max_batch_latency_ms
+            .map_or(batch.max_latency, Duration::from_millis);
         if batch.max_events == 0 || batch.max_bytes == 0 {
             return Err(Error::config(
                 "max_batch_events and max_batch_bytes must be positive",

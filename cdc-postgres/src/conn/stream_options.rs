@@ -7,6 +7,7 @@ use super::read_batching::LocalBatching;
 
 /// Tuning of a [`ReplicationStream`](super::ReplicationStream).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StreamOptions {
     /// How often a standby status update is sent, whether or not anything changed
     /// (counted from the last update sent, whatever made it go out). Default 1 s.

@@ -159,6 +159,7 @@ pub(super) fn decode_fields_with<'a>(
                         "cannot decode column {column:?} of table {} in the snapshot: {e}",
                         table.schema.name
                     ))
+                    .with_source(e)
                 })?
             }
         });

@@ -11,6 +11,7 @@ pub use cdc_pgoutput::machine::start::SlotPolicy;
 /// How a [`super::PgSource`] reads: the source configuration plus decoding, snapshot and
 /// reconnect settings, each with a default a serious deployment can keep.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct PgSourceOptions {
     /// Server, publication, tables, slot, snapshot mode, batch limits, streaming of large
     /// transactions and two-phase decoding.
@@ -106,6 +107,7 @@ impl PgSourceOptions {
 
 /// Exponential backoff with jitter for transient failures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReconnectPolicy {
     /// Attempts after a failure before giving up (`None`: forever).
     pub max_attempts: Option<u32>,

@@ -34,9 +34,10 @@ pub fn options(cluster: &Cluster, tables: &[&str]) -> PgSourceOptions {
 
 /// A pipeline config with a short checkpoint interval.
 pub fn pipeline_config() -> PipelineConfig {
-    PipelineConfig {
-        checkpoint_interval: Duration::from_millis(100),
-        ..PipelineConfig::default()
+    {
+        let mut options = PipelineConfig::default();
+        options.checkpoint_interval = Duration::from_millis(100);
+        options
     }
 }
 

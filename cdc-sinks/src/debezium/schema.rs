@@ -280,7 +280,8 @@ fn write_column(out: &mut Vec<u8>, column: &ColumnSchema, optional: bool, modes:
                     parameters: vec![("allowed", labels.join(","))],
                     ..Connect::named("string", "io.debezium.data.Enum")
                 },
-                TypeDefinition::Plain => connect_type(type_oid, column, modes),
+                // Plain, or a kind of definition a later cdc-core knows: the type's own.
+                _ => connect_type(type_oid, column, modes),
             };
             write_type(out, &connect);
             Some(connect)

@@ -14,12 +14,23 @@ use crate::json::write_str;
 
 /// Options of the Feldera-style encoding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct EncoderOptions {
     /// What to do with values and events Feldera cannot express.
     pub policies: Policies,
     /// Add `"table":"schema.name"` to every envelope (for one multiplexed stream; Feldera
     /// accepts and ignores the key).
     pub table_key: bool,
+}
+
+impl EncoderOptions {
+    /// Options with these `policies`, and the `table` key when `table_key`.
+    pub const fn new(policies: Policies, table_key: bool) -> Self {
+        EncoderOptions {
+            policies,
+            table_key,
+        }
+    }
 }
 
 /// A table's schema prepared for encoding: column keys pre-escaped.
@@ -203,6 +214,7 @@ impl FelderaEncoder {
                 Ok(())
             }
             EventKind::Begin(_) | EventKind::Message { .. } | EventKind::Snapshot(_) => Ok(()),
+            _ => Err(crate::unknown_event(event)),
         }
     }
 

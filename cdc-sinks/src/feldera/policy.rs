@@ -54,6 +54,7 @@ pub enum ArrayBoundsPolicy {
 
 /// What to do with a TRUNCATE (Feldera has no truncate).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum TruncatePolicy {
     /// Default: a `Rejected` error naming the tables and the position.
     #[default]
@@ -70,6 +71,7 @@ pub enum TruncatePolicy {
 /// All policies of the Feldera-style encoding. `Policies::default()` rejects everything
 /// it cannot express exactly.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Policies {
     /// Float and numeric NaN / ±Infinity.
     pub non_finite: NonFinitePolicy,

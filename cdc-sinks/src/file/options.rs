@@ -12,6 +12,7 @@ use crate::feldera::{EncoderOptions, Framing, TruncatePolicy};
 /// How the data files are laid out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FileLayout {
     /// One file per table, e.g. `public.orders.json` (see [`super::table_file_name`]):
     /// each is what a Feldera file input for that table ingests. Default.
@@ -46,6 +47,7 @@ pub struct CrashInjection {
 
 /// Options of [`super::FelderaFileSink`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FileSinkOptions {
     /// The output directory (created if missing). It must be empty or hold this sink's
     /// earlier output.

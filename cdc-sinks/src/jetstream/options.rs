@@ -12,6 +12,7 @@ use crate::feldera::Policies;
 
 /// Options of [`JetStreamSink`](super::JetStreamSink).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct JetStreamOptions {
     /// Server URLs (`nats://host:4222`, `tls://host:4222`); the client fails over between
     /// them and the cluster's other advertised nodes.
@@ -83,6 +84,7 @@ pub const DEFAULT_RESUME_BUCKET: &str = "pgcdc_resume";
 /// How the sink authenticates. Secrets are held here only until the connection is made
 /// and never appear in `Debug` output or errors.
 #[derive(Clone, Default)]
+#[non_exhaustive]
 pub enum NatsAuth {
     /// No credentials (or user and password in the server URL).
     #[default]
@@ -118,6 +120,7 @@ impl fmt::Debug for NatsAuth {
 /// TLS settings. A `tls://` server URL or `require` turns TLS on; the system's roots are
 /// trusted unless `ca_file` names others.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct NatsTls {
     /// Refuse a connection without TLS.
     pub require: bool,
@@ -129,6 +132,7 @@ pub struct NatsTls {
 
 /// Settings of a stream the sink creates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StreamSettings {
     /// Replicas (1, 3 or 5 in a cluster).
     pub replicas: usize,

@@ -14,6 +14,7 @@ use crate::feldera::{EncoderOptions, FelderaEncoder, Frame, FrameSet, Framing, P
 
 /// How change events are grouped into messages.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Grouping {
     /// One message per change (one Feldera envelope; two, on separate lines, for an
     /// update that changes the key or of a table without one). Default.

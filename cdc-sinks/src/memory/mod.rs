@@ -21,6 +21,7 @@ use self::table::MaterializedTable;
 
 /// Options of the in-memory sink.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct MemorySinkOptions {
     /// `write` returns `Ack::Pending`; [`MemoryHandle::complete_pending_writes`] reports
     /// completion through the `Acknowledger`.

@@ -109,6 +109,7 @@ impl JsonRenderer {
                 },
             },
             EventKind::Snapshot(marker) => snapshot(marker),
+            _ => return Err(crate::unknown_event(event)),
         };
         Ok(Line {
             op: op_name(&event.kind),
@@ -217,6 +218,7 @@ fn op_name(kind: &EventKind) -> &'static str {
         EventKind::SchemaChange { .. } => "schema_change",
         EventKind::Message { .. } => "message",
         EventKind::Snapshot(_) => "snapshot",
+        _ => "unknown",
     }
 }
 
@@ -245,6 +247,7 @@ fn snapshot(marker: &SnapshotMarker) -> Body<'_> {
             Some(*rows),
             None,
         ),
+        _ => ("unknown", None, None, None, None),
     };
     Body::Snapshot {
         chunk,

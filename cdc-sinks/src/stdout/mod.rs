@@ -16,6 +16,7 @@ use crate::debezium::{DebeziumEncoder, DebeziumOptions};
 
 /// How the stdout sink prints events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum StdoutFormat {
     /// `INSERT public.t @0/16B3748#1: id=1 name='x'`. Default.
     #[default]

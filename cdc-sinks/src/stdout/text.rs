@@ -104,7 +104,12 @@ pub(super) fn render(event: &ChangeEvent, out: &mut Vec<u8>) {
                 line,
                 "SNAPSHOT table {table} chunk {chunk} completed, {rows} rows @{pos}"
             ),
+            _ => write!(
+                line,
+                "SNAPSHOT (a marker this version does not know) @{pos}"
+            ),
         },
+        _ => write!(line, "EVENT (a kind this version does not know) @{pos}"),
     };
     line.push('\n');
     out.extend_from_slice(line.as_bytes());

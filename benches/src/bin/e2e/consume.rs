@@ -156,9 +156,10 @@ async fn consume(args: &Args) -> Result<String, String> {
         "feldera" => {
             let sink = FelderaStreamSink::new(
                 std::io::sink(),
-                EncoderOptions {
-                    table_key: true,
-                    ..EncoderOptions::default()
+                {
+                    let mut options = EncoderOptions::default();
+                    options.table_key = true;
+                    options
                 },
                 Framing::Lines,
             );

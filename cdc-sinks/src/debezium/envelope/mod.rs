@@ -27,6 +27,7 @@ const UNIX_TO_PG_MICROS: i64 = 946_684_800_000_000;
 
 /// What the records say about their source, and which records are written.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DebeziumOptions {
     /// Debezium's `topic.prefix`: `source.name`, and the first part of every record's
     /// destination (`<name>.<schema>.<table>`).
@@ -348,6 +349,7 @@ impl DebeziumEncoder {
             EventKind::Truncate { .. }
             | EventKind::SchemaChange { .. }
             | EventKind::Message { .. } => {}
+            _ => return Err(crate::unknown_event(event)),
         }
         Ok(())
     }
