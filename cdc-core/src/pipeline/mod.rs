@@ -1,5 +1,5 @@
 //! `Pipeline`: drives a [`Source`] into a [`Sink`] and confirms to the source only what
-//! the sink has acknowledged under the [`CommitMode`].
+//! the sink has acknowledged under the [`CommitMode`](crate::CommitMode).
 
 mod stats;
 mod table_counts;
@@ -19,7 +19,7 @@ use crate::{
 };
 
 /// How the pipeline runs. (Which acknowledgement moves the source's confirmed position,
-/// the [`CommitMode`], is the source's setting: [`Source::commit_mode`].)
+/// the [`CommitMode`](crate::CommitMode), is the source's setting: [`Source::commit_mode`].)
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct PipelineConfig {
