@@ -1,6 +1,17 @@
 //! Database-agnostic change data capture model for pgcdc, and the pipeline that drives a
 //! source into a sink.
 //!
+//! # Embedding
+//!
+//! An engine implements [`Sink`] — `open` hands back the [`ResumeToken`] it stored,
+//! `write` applies a batch, `checkpoint` makes everything written durable together with
+//! the token (or reports it later through the [`Acknowledger`]) — and runs a [`Pipeline`]
+//! from a source (`cdc_postgres::source::PgSource`) into it. The pipeline confirms to the
+//! source only what the sink acknowledged, so a crash loses and duplicates nothing when the
+//! sink keeps that contract; the [`conformance`] kit (feature `conformance`) proves it from
+//! the engine's own tests. The user guide's library page (`docs/library.md` in the
+//! repository) walks through it.
+//!
 //! The model is the language every pgcdc crate speaks: positions ([`Lsn`], [`Position`]),
 //! table names and schemas, column values ([`Value`]), change events and batches, the
 //! [`ResumeToken`] a sink stores, and the [`Error`] type whose kinds say what to do. It is

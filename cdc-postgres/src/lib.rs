@@ -1,5 +1,34 @@
 //! The PostgreSQL source of pgcdc: everything that talks to a server.
 //!
+//! # Embedding
+//!
+//! Build a [`source::PgSource`] from a [`conn::SourceConfig`] (a connection string, or the
+//! JSON of Feldera's `postgres_cdc` connector with [`conn::SourceConfig::from_json`]) and
+//! run it into a sink with [`cdc_core::Pipeline`]:
+//!
+//! ```no_run
+//! use cdc_core::{Pipeline, PipelineConfig, Sink};
+//! use cdc_postgres::conn::SourceConfig;
+//! use cdc_postgres::source::{PgSource, PgSourceOptions};
+//!
+//! async fn stream(sink: impl Sink + 'static) -> cdc_core::Result<()> {
+//!     let config = SourceConfig::new("postgres://cdc:secret@db/shop", "shop")?
+//!         .with_tables(["public.orders"])?;
+//!     let source = PgSource::new(PgSourceOptions::new(config));
+//!     let summary = Pipeline::new(source, sink, PipelineConfig::default())
+//!         .run()
+//!         .await?;
+//!     println!("confirmed up to {}", summary.confirmed);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Every setting has one home in [`conn::SourceConfig`] (the snapshot mode, the commit
+//! mode) or [`source::PgSourceOptions`] (slot policy, workers, end position); the source
+//! checks the server once, before the sink is opened.
+//!
+//! # Layers
+//!
 //! Connection strings and Feldera's connector JSON ([`conn::config`]), TLS and
 //! authentication, the replication connection and its commands, the CopyBoth replication
 //! stream, preflight checks and slots ([`conn`]), the published tables' columns and types
