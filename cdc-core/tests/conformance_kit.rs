@@ -180,7 +180,7 @@ async fn correct_sinks_pass_in_both_commit_modes() {
             .await
             .unwrap_or_else(|v| panic!("{flaw:?}: {v}"));
         assert_eq!(report.runs, 16, "{flaw:?}");
-        assert!(report.crashes >= report.runs, "{flaw:?}: {report:?}");
+        assert!(report.crashes > 0, "{flaw:?}: {report:?}");
         eprintln!("{flaw:?}: {report:?}");
     }
 }

@@ -75,6 +75,6 @@ async fn the_embedded_engine_example_sink_conforms() {
     let report = check_sink(&mut harness, &options)
         .await
         .unwrap_or_else(|v| panic!("{v}"));
-    assert!(report.crashes >= report.runs, "{report:?}");
+    assert!(report.crashes > 0, "{report:?}");
     eprintln!("{report:?}");
 }

@@ -265,7 +265,7 @@ async fn the_memory_sink_conforms() {
     let report = check_sink(&mut harness, &options())
         .await
         .unwrap_or_else(|v| panic!("{v}"));
-    assert!(report.crashes >= report.runs, "{report:?}");
+    assert!(report.crashes > 0, "{report:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -279,7 +279,7 @@ async fn the_file_sink_conforms_with_feldera_json_and_with_debezium_records() {
         let report = check_sink(&mut harness, &options())
             .await
             .unwrap_or_else(|v| panic!("debezium {debezium}: {v}"));
-        assert!(report.crashes >= report.runs, "{report:?}");
+        assert!(report.crashes > 0, "{report:?}");
     }
 }
 
@@ -307,6 +307,6 @@ async fn the_jetstream_sink_conforms_with_feldera_json_and_with_debezium_records
         let report = check_sink(&mut harness, &kit)
             .await
             .unwrap_or_else(|v| panic!("debezium {debezium}: {v}"));
-        assert!(report.crashes >= report.runs, "{report:?}");
+        assert!(report.crashes > 0, "{report:?}");
     }
 }

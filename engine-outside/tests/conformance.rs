@@ -61,5 +61,5 @@ async fn the_engine_sink_keeps_the_contract() {
     let report = check_sink(&mut harness, &KitOptions::default())
         .await
         .unwrap_or_else(|violation| panic!("{violation}"));
-    assert!(report.crashes >= report.runs, "{report:?}");
+    assert!(report.crashes > 0, "{report:?}");
 }

@@ -198,9 +198,10 @@ async fn run_case<H: SinkHarness>(
     report.events += history.events;
     let server = Arc::new(Mutex::new(Server::default()));
     let record = Arc::new(Mutex::new(Record::default()));
-    // A run makes about one write per 20 events and a checkpoint every few writes:
-    // crash somewhere among the calls a run makes.
-    let calls = (history.events / 25).max(4);
+    // A run makes about one write per 20 events and a checkpoint every few writes (as
+    // the timer falls): crash somewhere among the first calls a run makes. (A point past
+    // a run's last call is no crash: the case then ends sooner.)
+    let calls = (history.events / 50).max(2);
     let mut crashes_left = options.crashes;
     let mut run = 0u64;
     loop {

@@ -5,10 +5,11 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use async_nats::HeaderMap;
+use async_nats::header::{HeaderName, IntoHeaderName};
 use async_nats::jetstream::context::{PublishAckFuture, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{self as js, stream};
+use async_nats::{HeaderMap, Subject};
 use async_trait::async_trait;
 use bytes::Bytes;
 use cdc_core::{Ack, Acknowledger, Error, ErrorKind, ResumeToken, Sink, SinkBatch};
@@ -59,6 +60,9 @@ pub struct JetStreamSink {
     stored_token: Option<ResumeToken>,
     /// When the sink gives up repairing the chain (set while failures go on).
     give_up_at: Option<Instant>,
+    /// Header names made once (a name made from a string is checked and copied each
+    /// time; a cached one is a reference count).
+    names: HeaderNames,
     stats: JetStreamStats,
 }
 
@@ -84,16 +88,43 @@ struct Connected {
     resume_subject: String,
 }
 
+/// Header names, made once per sink.
+#[derive(Debug, Default)]
+struct HeaderNames(Vec<(&'static str, HeaderName)>);
+
+impl HeaderNames {
+    fn get(&mut self, name: &'static str) -> HeaderName {
+        if let Some((_, made)) = self.0.iter().find(|(n, _)| *n == name) {
+            return made.clone();
+        }
+        let made = name.into_header_name();
+        self.0.push((name, made.clone()));
+        made
+    }
+}
+
 /// A published message awaiting its acknowledgement.
 #[derive(Debug)]
 struct InFlight {
     sequence: u64,
-    subject: String,
-    headers: HeaderMap,
+    /// Made once: each send clones a reference, not the name.
+    subject: Subject,
+    /// Its headers, chain included; the header map is made from them at each send (the
+    /// first, and again only after a lost server).
+    headers: Vec<(&'static str, String)>,
     payload: Bytes,
-    message_id: String,
     /// `None` once the outcome is unknown (the chain is being repaired).
     ack: Option<PublishAckFuture>,
+}
+
+impl InFlight {
+    /// Its `Nats-Msg-Id` (empty when it has none).
+    fn message_id(&self) -> &str {
+        self.headers
+            .iter()
+            .find(|(name, _)| *name == h::NATS_MSG_ID)
+            .map_or("", |(_, id)| id.as_str())
+    }
 }
 
 impl JetStreamSink {
@@ -146,6 +177,7 @@ impl JetStreamSink {
             published_token: None,
             stored_token: None,
             give_up_at: None,
+            names: HeaderNames::default(),
             stats: JetStreamStats::default(),
         })
     }
@@ -173,27 +205,20 @@ impl JetStreamSink {
     async fn publish_new(&mut self, message: OutMessage) -> Result<(), Error> {
         let sequence = self.next_sequence;
         self.next_sequence += 1;
-        let mut headers = HeaderMap::new();
-        let mut message_id = String::new();
-        for (name, value) in message.headers {
-            if name == h::NATS_MSG_ID {
-                message_id.clone_from(&value);
-            }
-            headers.insert(name, value);
-        }
-        headers.insert(h::NATS_EXPECTED_LAST_SEQUENCE, (sequence - 1).to_string());
-        headers.insert(h::TOKEN_SEQ, self.token_sequence.to_string());
-        if headers.get(h::TOKEN).is_some() {
+        let mut headers = message.headers;
+        let carries_token = headers.iter().any(|(name, _)| *name == h::TOKEN);
+        headers.push((h::NATS_EXPECTED_LAST_SEQUENCE, (sequence - 1).to_string()));
+        headers.push((h::TOKEN_SEQ, self.token_sequence.to_string()));
+        if carries_token {
             self.token_sequence = sequence;
         }
         let payload = Bytes::from(message.payload);
         self.window_bytes += payload.len();
         self.window.push_back(InFlight {
             sequence,
-            subject: message.subject,
+            subject: Subject::from(message.subject),
             headers,
             payload,
-            message_id,
             ack: None,
         });
         let index = self.window.len() - 1;
@@ -214,9 +239,13 @@ impl JetStreamSink {
         let Some(entry) = self.window.get(index) else {
             return Ok(());
         };
+        let mut headers = HeaderMap::new();
+        for (name, value) in &entry.headers {
+            headers.insert(self.names.get(name), value.as_str());
+        }
         let publish = PublishMessage::build()
             .payload(entry.payload.clone())
-            .headers(entry.headers.clone());
+            .headers(headers);
         let result = connected
             .context
             .send_publish(entry.subject.clone(), publish)
@@ -254,7 +283,10 @@ impl JetStreamSink {
                 Ok(ack) => {
                     return Err(Error::sink(format!(
                         "JetStream stream {:?} stored message {} at sequence {}, not {}: something else publishes to the stream, which must be pgcdc's alone",
-                        self.options.stream, front.message_id, ack.sequence, front.sequence
+                        self.options.stream,
+                        front.message_id(),
+                        ack.sequence,
+                        front.sequence
                     )));
                 }
                 Err(e) => {
@@ -329,8 +361,8 @@ impl JetStreamSink {
                 None
             };
             let index = usize::try_from(last - base).unwrap_or(usize::MAX);
-            let ours = self.window.get(index).map(|e| &e.message_id);
-            if id.is_none() || id.as_ref() != ours {
+            let ours = self.window.get(index).map(InFlight::message_id);
+            if id.is_none() || id.as_deref() != ours {
                 return Err(Error::sink(format!(
                     "JetStream stream {name:?} holds at sequence {last} a message pgcdc did not publish there: something else publishes to the stream, which must be pgcdc's alone"
                 )));
@@ -359,7 +391,8 @@ fn publish_error(
     match kind {
         PublishErrorKind::MaxPayloadExceeded => Error::sink(format!(
             "message {} for {} exceeds the NATS server's max_payload: raise max_payload, or (online snapshot chunks) lower --chunk-rows",
-            entry.message_id, entry.subject
+            entry.message_id(),
+            entry.subject
         )),
         PublishErrorKind::StreamNotFound
         | PublishErrorKind::WrongLastSequence
@@ -369,7 +402,7 @@ fn publish_error(
         | PublishErrorKind::Other
         | PublishErrorKind::WrongLastMessageId => Error::transient(format!(
             "publishing {} to JetStream stream {stream:?}: {error}",
-            entry.message_id
+            entry.message_id()
         )),
     }
 }
