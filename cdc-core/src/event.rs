@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use crate::{Lsn, Position, SchemaRef, TableName, Value};
+use crate::{Lsn, Position, RowBlock, SchemaRef, TableName, Value};
 
 /// A row: one value per column of its table's schema, in column order.
 pub type Row = Vec<Value>;
@@ -119,6 +119,19 @@ pub enum EventKind {
         /// The new row.
         new: Row,
     },
+    /// Rows inserted by a snapshot's copy, left in the form the source read them (see
+    /// [`RowBlock`]): one event for many rows. Only a sink that declares it takes them
+    /// ([`Sink::takes_row_blocks`](crate::Sink::takes_row_blocks)) sees this kind; the
+    /// pipeline hands every other sink one `Insert` per row instead, with the same values
+    /// and positions. The event's position is its last row's: row `i` of `n` is at
+    /// ordinal `position.ordinal - (n - 1 - i)` of the same commit LSN, and the source
+    /// gives no other event a position in that range.
+    InsertBlock {
+        /// The table's schema.
+        table: SchemaRef,
+        /// The rows, as wide as the schema.
+        rows: RowBlock,
+    },
     /// A row was updated.
     Update {
         /// The table's schema.
@@ -185,6 +198,7 @@ impl ChangeEvent {
     pub fn table(&self) -> Option<&SchemaRef> {
         match &self.kind {
             EventKind::Insert { table, .. }
+            | EventKind::InsertBlock { table, .. }
             | EventKind::Update { table, .. }
             | EventKind::Delete { table, .. } => Some(table),
             EventKind::SchemaChange { new, .. } => Some(new),
@@ -208,12 +222,22 @@ impl ChangeEvent {
         }
     }
 
+    /// How many events this one stands for: a block's rows (the inserts a sink that does
+    /// not take blocks is handed instead), else 1.
+    pub fn events_held(&self) -> usize {
+        match &self.kind {
+            EventKind::InsertBlock { rows, .. } => rows.len(),
+            _ => 1,
+        }
+    }
+
     /// Approximate memory held by the event, for byte-bounded batching.
     pub fn approx_size(&self) -> usize {
         let row = |r: &Row| r.iter().map(Value::approx_size).sum::<usize>();
         std::mem::size_of::<ChangeEvent>()
             + match &self.kind {
                 EventKind::Insert { new, .. } => row(new),
+                EventKind::InsertBlock { rows, .. } => rows.approx_size(),
                 EventKind::Update { old, new, .. } => {
                     row(new) + old.as_ref().map_or(0, |o| row(&o.values))
                 }

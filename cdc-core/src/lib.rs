@@ -29,6 +29,7 @@ pub mod event;
 pub mod lsn;
 #[cfg(feature = "runtime")]
 pub mod pipeline;
+pub mod row_block;
 pub mod schema;
 #[cfg(feature = "runtime")]
 pub mod sink;
@@ -48,6 +49,7 @@ pub use pipeline::{
     ChangeOp, CheckpointStats, OpCounts, Pipeline, PipelineConfig, PipelineStats, RunEnd,
     RunSummary, ShutdownHandle, StatsSnapshot, TableCounts, TableSnapshotProgress,
 };
+pub use row_block::{FieldDecoder, FieldLayout, FieldSpan, RowBlock};
 pub use schema::{
     ColumnSchema, ColumnType, ReplicaIdentity, SchemaRef, TableSchema, TypeDefinition,
 };

@@ -128,6 +128,15 @@ pub trait Sink: Send {
     async fn close(&mut self) -> Result<()> {
         Ok(())
     }
+
+    /// Whether `write` takes [`EventKind::InsertBlock`](crate::EventKind::InsertBlock)
+    /// events (snapshot rows left in the source's form, see [`crate::RowBlock`]). Asked
+    /// once, before `open`. Default `false`: the pipeline hands this sink one `Insert` per
+    /// row instead. A sink that says `true` must write a block's rows exactly as it would
+    /// write those inserts.
+    fn takes_row_blocks(&self) -> bool {
+        false
+    }
 }
 
 /// Limits that end a batch: whichever is reached first.

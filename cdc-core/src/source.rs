@@ -58,6 +58,15 @@ pub trait Source: Send {
         CommitMode::Checkpoint
     }
 
+    /// Told once, before [`Self::check`] and [`Self::start`], whether the sink takes
+    /// [`EventKind::InsertBlock`](crate::EventKind::InsertBlock) events; a source may then
+    /// hand snapshot rows in blocks instead of one `Insert` each. Default: ignored. A
+    /// source that sends blocks to a sink that does not take them still works (the
+    /// pipeline turns them into inserts), only slower.
+    fn offer_row_blocks(&mut self, sink_takes_them: bool) {
+        let _ = sink_takes_them;
+    }
+
     /// Stops the stream after a final status update. Called once at graceful shutdown.
     async fn close(&mut self) -> Result<()> {
         Ok(())

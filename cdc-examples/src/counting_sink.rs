@@ -190,6 +190,10 @@ impl<S: Sink> Sink for CountingSink<S> {
     async fn close(&mut self) -> Result<()> {
         self.inner.close().await
     }
+
+    fn takes_row_blocks(&self) -> bool {
+        self.inner.takes_row_blocks()
+    }
 }
 
 #[cfg(test)]

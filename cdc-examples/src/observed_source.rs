@@ -146,6 +146,10 @@ impl Source for ObservedSource {
         self.inner.resume_token(batch)
     }
 
+    fn offer_row_blocks(&mut self, sink_takes_them: bool) {
+        self.inner.offer_row_blocks(sink_takes_them);
+    }
+
     fn confirm_handle(&self) -> ConfirmHandle {
         self.inner.confirm_handle()
     }

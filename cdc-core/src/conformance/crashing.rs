@@ -167,4 +167,8 @@ impl<S: Sink> Sink for Crashing<S> {
     async fn close(&mut self) -> Result<()> {
         self.inner.close().await
     }
+
+    fn takes_row_blocks(&self) -> bool {
+        self.inner.takes_row_blocks()
+    }
 }

@@ -13,6 +13,7 @@ pub use stats::{CheckpointStats, PipelineStats, StatsSnapshot};
 pub use table_counts::{ChangeOp, OpCounts, TableCounts, TableSnapshotProgress};
 pub use watermark::Watermark;
 
+use crate::row_block;
 use crate::{
     Ack, AckEvent, Acknowledger, BatchId, ChangeBatch, ConfirmHandle, Error, Lsn, Position, Result,
     ResumeToken, Sink, SinkBatch, Source,
@@ -113,6 +114,8 @@ pub struct Pipeline<So, Si> {
 }
 
 struct RunState {
+    /// The sink takes `InsertBlock` events; else they are expanded into inserts.
+    sink_takes_blocks: bool,
     watermark: Watermark,
     next_id: u64,
     resume_after: Option<Position>,
@@ -174,6 +177,8 @@ impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
                 "the pipeline's source is gone (run called twice?)",
             ));
         };
+        let sink_takes_blocks = self.sink.takes_row_blocks();
+        source.offer_row_blocks(sink_takes_blocks);
         // Refused before the output is touched, when the source can tell.
         source.check().await?;
         let resume = self.sink.open(acks).await?;
@@ -201,6 +206,7 @@ impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
         self.stats.set_confirmed(start);
         let commit_mode = source.commit_mode();
         let mut state = RunState {
+            sink_takes_blocks,
             watermark: Watermark::new(commit_mode, start),
             next_id: 0,
             resume_after: resume.as_ref().and_then(|t| t.position),
@@ -298,10 +304,11 @@ impl<So: Source + 'static, Si: Sink> Pipeline<So, Si> {
             Self::covered_by_durable(state);
             return Ok(());
         }
+        if !state.sink_takes_blocks && row_block::expand_blocks(&mut batch.events)? {
+            batch.byte_size = batch.events.iter().map(|e| e.approx_size()).sum();
+        }
         if let Some(after) = state.resume_after {
-            let before = batch.events.len();
-            batch.events.retain(|e| e.position > after);
-            if batch.events.len() != before {
+            if row_block::drop_replayed(&mut batch.events, after) {
                 batch.byte_size = batch.events.iter().map(|e| e.approx_size()).sum();
             }
             if batch.events.is_empty() {

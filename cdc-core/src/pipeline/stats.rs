@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::table_counts::{ChangeOp, TableCounts, TableSnapshotProgress};
-use crate::{ChangeBatch, ErrorKind, EventKind, Lsn, SnapshotMarker, TableName};
+use crate::{ChangeBatch, ChangeEvent, ErrorKind, EventKind, Lsn, SnapshotMarker, TableName};
 
 /// Counters updated by the pipeline. Cheap to clone (shared).
 #[derive(Clone, Debug)]
@@ -204,7 +204,10 @@ impl PipelineStats {
 
     pub(crate) fn record_batch(&self, batch: &ChangeBatch) {
         let c = &self.inner;
-        c.events.fetch_add(batch.len() as u64, Relaxed);
+        // A block of rows counts as the inserts it stands for, as a sink that does not
+        // take blocks sees them.
+        let events: usize = batch.events.iter().map(ChangeEvent::events_held).sum();
+        c.events.fetch_add(events as u64, Relaxed);
         c.bytes.fetch_add(batch.byte_size as u64, Relaxed);
         c.batches.fetch_add(1, Relaxed);
         if let Some(p) = batch.last_position() {

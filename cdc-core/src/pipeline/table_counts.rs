@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::{ChangeEvent, EventKind, SnapshotMarker, TableName};
+use crate::{ChangeEvent, EventKind, SchemaRef, SnapshotMarker, TableName};
 
 /// What a change did, as metrics label it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -150,16 +150,9 @@ impl TableCounts {
     /// Counts `event` as if written `times` times (`times` > 1 only for row changes).
     fn record_times(&mut self, event: &ChangeEvent, times: u64) {
         match &event.kind {
-            EventKind::Insert { table, .. } => {
-                let op = if self.copying.contains(&table.name) {
-                    if let Some(p) = self.snapshot.get_mut(&table.name) {
-                        p.rows += times;
-                    }
-                    ChangeOp::Snapshot
-                } else {
-                    ChangeOp::Insert
-                };
-                self.count(&table.name, op, times);
+            EventKind::Insert { table, .. } => self.insert(table, times),
+            EventKind::InsertBlock { table, rows } => {
+                self.insert(table, times.saturating_mul(rows.len() as u64));
             }
             EventKind::Update { table, .. } => self.count(&table.name, ChangeOp::Update, times),
             EventKind::Delete { table, .. } => self.count(&table.name, ChangeOp::Delete, times),
@@ -171,6 +164,19 @@ impl TableCounts {
             EventKind::Snapshot(marker) => self.snapshot_marker(marker),
             _ => {}
         }
+    }
+
+    /// Counts `times` inserts into `table`: snapshot rows while its copy is being written.
+    fn insert(&mut self, table: &SchemaRef, times: u64) {
+        let op = if self.copying.contains(&table.name) {
+            if let Some(p) = self.snapshot.get_mut(&table.name) {
+                p.rows += times;
+            }
+            ChangeOp::Snapshot
+        } else {
+            ChangeOp::Insert
+        };
+        self.count(&table.name, op, times);
     }
 
     fn count(&mut self, table: &TableName, op: ChangeOp, times: u64) {
