@@ -2,15 +2,16 @@
 
 use std::collections::HashMap;
 
+use cdc_core::row_block::block_row_position;
 use cdc_core::{
-    ChangeEvent, Error, EventKind, OldRow, OldRowKind, Position, ReplicaIdentity, Row, SchemaRef,
-    TableName, TableSchema, Value,
+    ChangeEvent, Error, EventKind, FieldLayout, OldRow, OldRowKind, Position, ReplicaIdentity, Row,
+    RowBlock, SchemaRef, TableName, TableSchema, Value,
 };
 
 use super::format::{ColumnCtx, write_value};
 use super::frame::{Frame, FrameSet};
 use super::policy::{Policies, PolicyCase, PolicyLog, TruncatePolicy};
-use crate::json::write_str;
+use crate::json::{write_int, write_str};
 
 /// Options of the Feldera-style encoding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -185,6 +186,13 @@ impl FelderaEncoder {
                     enc.encode_insert(idx, frame, new, None, position)
                 })
             }
+            EventKind::InsertBlock { table, rows } => {
+                let idx = self.prepare(table);
+                let frame = frames.frame(&table.name)?;
+                self.with_rollback(frame, |enc, frame| {
+                    enc.encode_block(idx, frame, rows, position)
+                })
+            }
             EventKind::Update { table, old, new } => {
                 let idx = self.prepare(table);
                 let frame = frames.frame(&table.name)?;
@@ -274,6 +282,94 @@ impl FelderaEncoder {
     ) -> Result<(), Error> {
         let row = RowSource { values: new, fill };
         self.envelope(idx, frame, Op::Insert, position, &row, |_| true)
+    }
+
+    /// One `insert` envelope per row of `rows`, exactly as [`Self::encode_insert`] writes
+    /// each row decoded: integers and text straight from their bytes, every other field
+    /// through the block's decoder and [`write_value`]. A field whose bytes do not fit its
+    /// layout is decoded too, so it fails as it would have in the source.
+    fn encode_block(
+        &mut self,
+        idx: usize,
+        frame: &mut Frame,
+        rows: &RowBlock,
+        position: Position,
+    ) -> Result<(), Error> {
+        let Some(p) = self.prepared.get(idx) else {
+            return Err(Error::sink("internal: prepared table state missing"));
+        };
+        let n = rows.len();
+        if rows.width() != p.schema.columns.len() {
+            let at = block_row_position(position, n, 0).unwrap_or(position);
+            return Err(Error::protocol(format!(
+                "a row of {} has {} values but the table has {} columns (at {at})",
+                p.schema.name,
+                rows.width(),
+                p.schema.columns.len()
+            )));
+        }
+        let layouts: Vec<FieldLayout> = (0..rows.width()).map(|i| rows.layout(i)).collect();
+        let policies = &self.options.policies;
+        let log = &mut self.log;
+        for row in 0..n {
+            let Some(fields) = rows.row(row) else {
+                break;
+            };
+            let out = frame.begin_value();
+            out.push(b'{');
+            if self.options.table_key {
+                out.extend_from_slice(&p.table_member);
+            }
+            out.extend_from_slice(Op::Insert.member());
+            out.push(b'{');
+            for (i, (field, key)) in fields.zip(&p.keys).enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(key);
+                let Some(bytes) = field else {
+                    out.extend_from_slice(b"null");
+                    continue;
+                };
+                let direct = match layouts.get(i) {
+                    Some(FieldLayout::Int2) => <[u8; 2]>::try_from(bytes)
+                        .map(|b| write_int(out, i16::from_be_bytes(b)))
+                        .is_ok(),
+                    Some(FieldLayout::Int4) => <[u8; 4]>::try_from(bytes)
+                        .map(|b| write_int(out, i32::from_be_bytes(b)))
+                        .is_ok(),
+                    Some(FieldLayout::Int8) => <[u8; 8]>::try_from(bytes)
+                        .map(|b| write_int(out, i64::from_be_bytes(b)))
+                        .is_ok(),
+                    Some(FieldLayout::Text) => std::str::from_utf8(bytes)
+                        .map(|text| write_str(out, text))
+                        .is_ok(),
+                    _ => false,
+                };
+                if direct {
+                    continue;
+                }
+                let at = block_row_position(position, n, row).unwrap_or(position);
+                let value = rows.decode(row, i).map_err(|e| {
+                    Error::protocol(format!("{e} (a row of {} at {at})", p.schema.name))
+                })?;
+                let ctx = ColumnCtx {
+                    table: &p.schema.name,
+                    relation_id: p.schema.relation_id,
+                    column: p.schema.columns.get(i).map_or("", |c| c.name.as_str()),
+                    index: i,
+                    position: at,
+                };
+                if value.is_unchanged() {
+                    return Err(unchanged_error(Op::Insert, &ctx));
+                }
+                write_value(out, &value, policies, log, &ctx)?;
+            }
+            out.extend_from_slice(b"}}");
+            frame.end_value();
+            self.stats.envelopes += 1;
+        }
+        Ok(())
     }
 
     fn encode_delete(

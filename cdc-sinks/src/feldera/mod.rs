@@ -63,6 +63,8 @@ pub use stream::FelderaStreamSink;
 pub(crate) use format::{ColumnCtx, write_value};
 
 #[cfg(test)]
+mod block_tests;
+#[cfg(test)]
 mod round_trip;
 #[cfg(test)]
 mod tests;

@@ -96,6 +96,12 @@ impl<W: Write + Send> Sink for FelderaStreamSink<W> {
             .flush()
             .map_err(|e| Error::sink("flushing the Feldera JSON stream failed").with_source(e))
     }
+
+    /// Snapshot rows in blocks are written straight from their bytes (see
+    /// [`cdc_core::RowBlock`]), with the same output as one insert per row.
+    fn takes_row_blocks(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
