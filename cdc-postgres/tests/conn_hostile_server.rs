@@ -518,9 +518,13 @@ mod copy {
         out
     }
 
-    /// Starts one copy worker of `public.t`, its rows decoded by `decoders` tasks and
-    /// reported through a channel of `capacity` messages, against a server running
-    /// `script` once the COPY was asked for.
+    /// `decoders` for a copy whose rows go out undecoded, in blocks (as for a sink that
+    /// takes row blocks); they are decoded here.
+    const BLOCKS: usize = 0;
+
+    /// Starts one copy worker of `public.t`, its rows decoded by `decoders` tasks (or left
+    /// in blocks, [`BLOCKS`]) and reported through a channel of `capacity` messages,
+    /// against a server running `script` once the COPY was asked for.
     async fn start_copy<F, Fut>(
         decoders: usize,
         capacity: usize,
@@ -544,7 +548,7 @@ mod copy {
             table: 0,
             relation: TableName::parse("public.t").unwrap(),
             pages: None,
-            decoders,
+            decoders: decoders.max(1),
         };
         spawn_workers(
             config,
@@ -553,6 +557,7 @@ mod copy {
             vec![item],
             1,
             capacity,
+            decoders == BLOCKS,
         )
     }
 
@@ -570,6 +575,11 @@ mod copy {
             while let Some(message) = rx.recv().await {
                 match message {
                     CopyMessage::Rows { rows: more, .. } => rows.extend(more),
+                    CopyMessage::Block { rows: block, .. } => {
+                        for row in 0..block.len() {
+                            rows.push(block.decode_row(row)?);
+                        }
+                    }
                     CopyMessage::ItemDone { .. } => return Ok(rows),
                     CopyMessage::Failed(e) => return Err(e),
                 }
@@ -583,8 +593,8 @@ mod copy {
 
     #[tokio::test]
     async fn copy_data_sent_a_byte_at_a_time_in_odd_messages_is_read_whole() {
-        // Also decoded on two tasks, in segments of 512 rows.
-        for (decoders, count) in [(1, 50), (2, 1500)] {
+        // Also decoded on two tasks, in segments of 512 rows, and left in blocks.
+        for (decoders, count) in [(1, 50), (2, 1500), (BLOCKS, 1500)] {
             copy_read_whole_in_odd_messages(decoders, count).await;
         }
     }
@@ -633,7 +643,7 @@ mod copy {
 
     #[tokio::test]
     async fn a_value_a_decoder_task_cannot_decode_fails_the_copy() {
-        for decoders in [1, 2] {
+        for decoders in [BLOCKS, 1, 2] {
             let error = copy_from(decoders, |mut peer| async move {
                 let mut data = copy_data(&(1..=1000).collect::<Vec<_>>());
                 // Row 700's int4 with a 2-byte value (and the row two bytes shorter):
@@ -671,7 +681,7 @@ mod copy {
 
     #[tokio::test]
     async fn an_error_in_the_middle_of_the_copy_is_the_servers_error() {
-        for decoders in [1, 2] {
+        for decoders in [BLOCKS, 1, 2] {
             let error = copy_from(decoders, |mut peer| async move {
                 let mut out = copy_out_response();
                 let data = copy_data(&[1, 2, 3]);
@@ -696,7 +706,7 @@ mod copy {
 
     #[tokio::test]
     async fn copy_data_that_ends_without_its_trailer_is_an_error() {
-        for decoders in [1, 2] {
+        for decoders in [BLOCKS, 1, 2] {
             let error = copy_from(decoders, |mut peer| async move {
                 let data = copy_data(&[1, 2, 3]);
                 // The rows, but not the trailer, then a clean end of the COPY.
@@ -712,7 +722,7 @@ mod copy {
 
     #[tokio::test]
     async fn a_consumer_that_stops_taking_rows_ends_the_copy_worker() {
-        for decoders in [1, 2] {
+        for decoders in [BLOCKS, 1, 2] {
             let (mut rx, mut workers) = start_copy(decoders, 1, |mut peer| async move {
                 let data = copy_data(&(1..=20_000).collect::<Vec<_>>());
                 peer.send(&whole_copy(&data, 20_000)).await;
@@ -720,7 +730,13 @@ mod copy {
             })
             .await;
             let first = tokio::time::timeout(BOUND, rx.recv()).await.unwrap();
-            assert!(matches!(first, Some(CopyMessage::Rows { .. })), "{first:?}");
+            assert!(
+                matches!(
+                    first,
+                    Some(CopyMessage::Rows { .. } | CopyMessage::Block { .. })
+                ),
+                "{first:?}"
+            );
             // Nobody takes the rest: the worker (and its decoding tasks) must end, not
             // wait for room in the channel forever.
             drop(rx);

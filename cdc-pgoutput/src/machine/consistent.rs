@@ -5,8 +5,8 @@
 //! each over; it decides nothing about positions or markers.
 
 use cdc_core::{
-    ChangeEvent, Error, EventKind, Lsn, Position, Row, SchemaRef, SnapshotMarker, SnapshotProgress,
-    TableName,
+    ChangeEvent, Error, EventKind, Lsn, Position, Row, RowBlock, SchemaRef, SnapshotMarker,
+    SnapshotProgress, TableName,
 };
 
 use super::batches::EventQueue;
@@ -104,6 +104,42 @@ impl ConsistentCopy {
                 },
             });
         }
+        Ok(())
+    }
+
+    /// Rows of table `table` a worker copied and left undecoded, for a sink that takes
+    /// row blocks: one `InsertBlock` (after the table's start marker) whose rows take the
+    /// positions as many inserts would.
+    pub fn block(
+        &mut self,
+        table: usize,
+        rows: RowBlock,
+        out: &mut EventQueue<'_>,
+    ) -> Result<(), Error> {
+        self.start_table(table, out);
+        let Some(schema) = self.tables.get(table).map(|t| schema_for_rows(t)) else {
+            return Err(Error::protocol(
+                "internal: rows for an unknown snapshot table",
+            ));
+        };
+        let n = rows.len() as u64;
+        if n == 0 {
+            return Ok(());
+        }
+        if let Some(count) = self.rows.get_mut(table) {
+            *count += n;
+        }
+        let first = self.position();
+        // The block's position is its last row's; the rows take the ordinals between.
+        self.next_ordinal += n - 1;
+        out.push_back(ChangeEvent {
+            lsn: Lsn::ZERO,
+            position: Position::new(first.commit_lsn, first.ordinal + (n - 1)),
+            kind: EventKind::InsertBlock {
+                table: schema,
+                rows,
+            },
+        });
         Ok(())
     }
 

@@ -18,6 +18,7 @@ use super::copy_binary::CopyBinaryDecoder;
 pub use super::copy_rows::CopyMessage;
 use super::copy_rows::{ROWS_PER_MESSAGE, check_ended, decode_rows};
 use super::parallel_decode::{DecoderPool, Segment};
+use super::row_blocks::CopyFieldDecoder;
 use crate::catalog::{CatalogTable, decodes_from_binary};
 use crate::conn::ConnectionConfig;
 use crate::conn::sql_session::{CopyOut, SqlSession};
@@ -186,7 +187,9 @@ pub fn copy_statement(table: &CatalogTable, item: &WorkItem) -> String {
 }
 
 /// Starts `workers` copy workers over `items`; they report through the returned channel
-/// and stop at the first failure or when the receiver is dropped.
+/// and stop at the first failure or when the receiver is dropped. With `blocks`, rows go
+/// out undecoded as [`CopyMessage::Block`]s (for a sink that takes row blocks), else
+/// decoded as [`CopyMessage::Rows`].
 pub fn spawn_workers(
     connection: ConnectionConfig,
     snapshot_name: String,
@@ -194,6 +197,7 @@ pub fn spawn_workers(
     items: Vec<WorkItem>,
     workers: usize,
     channel_capacity: usize,
+    blocks: bool,
 ) -> (mpsc::Receiver<CopyMessage>, JoinSet<()>) {
     let (tx, rx) = mpsc::channel(channel_capacity.max(1));
     let queue = Arc::new(Mutex::new(VecDeque::from(items)));
@@ -205,7 +209,8 @@ pub fn spawn_workers(
         let connection = connection.clone();
         let snapshot_name = snapshot_name.clone();
         set.spawn(async move {
-            if let Err(e) = worker(&connection, &snapshot_name, &tables, &queue, &tx).await {
+            if let Err(e) = worker(&connection, &snapshot_name, &tables, &queue, &tx, blocks).await
+            {
                 let _ = tx.send(CopyMessage::Failed(e)).await;
             }
         });
@@ -219,6 +224,7 @@ async fn worker(
     tables: &Arc<Vec<CatalogTable>>,
     queue: &Mutex<VecDeque<WorkItem>>,
     tx: &mpsc::Sender<CopyMessage>,
+    blocks: bool,
 ) -> Result<(), Error> {
     let mut session = SqlSession::connect(connection).await?;
     session
@@ -254,7 +260,9 @@ async fn worker(
         let Some(table) = tables.get(item.table) else {
             continue;
         };
-        let rows = if item.decoders > 1 {
+        let rows = if blocks {
+            copy_item_in_blocks(&mut session, table, &item, tx).await?
+        } else if item.decoders > 1 {
             copy_item_in_segments(&mut session, tables, table, &item, tx).await?
         } else {
             copy_item(&mut session, table, &item, tx).await?
@@ -402,6 +410,72 @@ async fn copy_item_in_segments(
         pool.send(segment).await;
     }
     pool.finish().await
+}
+
+/// Copies one work item on `session` as [`copy_item`] does, but leaves the rows
+/// undecoded: they go out in blocks of [`ROWS_PER_MESSAGE`] whole rows (fewer when they
+/// reach [`SEGMENT_BYTES`]) with the table's decoder, for a sink that takes row blocks
+/// and reads most fields straight from their bytes. Returns the rows copied.
+async fn copy_item_in_blocks(
+    session: &mut SqlSession,
+    table: &CatalogTable,
+    item: &WorkItem,
+    tx: &mpsc::Sender<CopyMessage>,
+) -> Result<u64, Error> {
+    let (mut copy, context) = begin_item_copy(session, table, item).await?;
+    let decoder = CopyFieldDecoder::for_table(table);
+    let mut framer = CopyBinaryDecoder::new(Some(table.column_types.len()));
+    let mut segment = Segment::default();
+    let mut full = Vec::new();
+    let mut count = 0u64;
+    loop {
+        let more = session
+            .copy_data(&mut copy, |data| {
+                framer.decode(
+                    data,
+                    |row, spans| {
+                        segment.push(row, spans);
+                        if segment.rows() == ROWS_PER_MESSAGE || segment.size() >= SEGMENT_BYTES {
+                            let next = Segment::like(&segment);
+                            full.push(std::mem::replace(&mut segment, next));
+                        }
+                        Ok(())
+                    },
+                    |e| Error::protocol(format!("{context}: {e}")),
+                )
+            })
+            .await?;
+        // As in `copy_item`: what one read brought goes on before the next read, so a
+        // full channel holds the COPY back.
+        for rows in full.drain(..) {
+            let rows = rows.into_block(decoder.clone())?;
+            count += rows.len() as u64;
+            let sent = tx
+                .send(CopyMessage::Block {
+                    table: item.table,
+                    rows,
+                })
+                .await;
+            if sent.is_err() {
+                return Ok(count);
+            }
+        }
+        if !more {
+            break;
+        }
+    }
+    check_ended(&framer, &context)?;
+    if segment.rows() > 0 {
+        let rows = segment.into_block(decoder)?;
+        count += rows.len() as u64;
+        let _ = tx
+            .send(CopyMessage::Block {
+                table: item.table,
+                rows,
+            })
+            .await;
+    }
+    Ok(count)
 }
 
 #[cfg(test)]

@@ -25,6 +25,13 @@ pub enum CopyMessage {
         /// The rows, in the table's column order.
         rows: Vec<Row>,
     },
+    /// Rows of configured table `table` left undecoded, for a sink that takes blocks.
+    Block {
+        /// Index of the configured table.
+        table: usize,
+        /// The rows, in the table's column order.
+        rows: cdc_core::RowBlock,
+    },
     /// A work item is complete.
     ItemDone {
         /// Index of the configured table.

@@ -10,6 +10,7 @@ pub mod copy_binary;
 mod copy_rows;
 pub mod key_compare;
 mod parallel_decode;
+mod row_blocks;
 pub mod whole_table;
 
 pub use chunk::ChunkRead;

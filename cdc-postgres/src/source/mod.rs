@@ -90,6 +90,8 @@ pub struct PgSource {
     slot_poller: Option<slot_poller::SlotPoller>,
     /// The preflight report of `check`, for the `start` that follows it.
     checked: Option<crate::conn::PreflightReport>,
+    /// The sink takes row blocks: the consistent snapshot's rows go out undecoded.
+    row_blocks: bool,
 }
 
 impl PgSource {
@@ -129,6 +131,7 @@ impl PgSource {
             reported_copying: false,
             slot_poller: None,
             checked: None,
+            row_blocks: false,
         }
     }
 
@@ -207,6 +210,13 @@ impl PgSource {
 
 #[async_trait]
 impl Source for PgSource {
+    /// With a sink that takes row blocks, the consistent snapshot hands its rows on
+    /// undecoded (`EventKind::InsertBlock`); the online snapshot's chunks are decoded
+    /// either way (their keys place them in the stream).
+    fn offer_row_blocks(&mut self, sink_takes_them: bool) {
+        self.row_blocks = sink_takes_them;
+    }
+
     async fn start(&mut self, resume: Option<&ResumeToken>) -> Result<Lsn> {
         // A previous consumer's walsender may still hold the slot for a moment, the server
         // may be restarting: transient failures are retried like a lost connection.

@@ -69,6 +69,7 @@ impl SnapshotPhase {
         };
         match message {
             CopyMessage::Rows { table, rows } => self.copy.rows(table, rows, out)?,
+            CopyMessage::Block { table, rows } => self.copy.block(table, rows, out)?,
             CopyMessage::ItemDone { table, .. } => {
                 self.copy.item_done(table, out);
                 if self.copy.is_finished() {

@@ -494,6 +494,7 @@ pub(super) async fn begin_snapshot(
         items,
         readers,
         2 * source.options.snapshot_workers.max(1),
+        source.row_blocks,
     );
     let phase = SnapshotPhase::new(
         workers,
