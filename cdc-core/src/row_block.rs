@@ -71,6 +71,12 @@ impl FieldSpan {
         Some(FieldSpan { start, len })
     }
 
+    /// [`FieldSpan::new`] for a source that already knows both fit in 32 bits; `None` only
+    /// for a length of `u32::MAX` (the NULL marker).
+    pub fn from_u32(start: u32, len: u32) -> Option<FieldSpan> {
+        (len != u32::MAX).then_some(FieldSpan { start, len })
+    }
+
     /// The field's byte range, `None` for a NULL.
     pub fn range(self) -> Option<Range<usize>> {
         if self.len == u32::MAX {
@@ -113,12 +119,15 @@ impl RowBlock {
                 fields.len()
             )));
         }
-        if let Some(bad) = fields
-            .iter()
-            .find(|span| span.range().is_some_and(|r| r.end > data.len()))
-        {
+        // Without an early exit, so that the check is a few instructions a field.
+        let len = data.len() as u64;
+        let mut outside = false;
+        for span in &fields {
+            outside |= span.len != u32::MAX && u64::from(span.start) + u64::from(span.len) > len;
+        }
+        if outside {
             return Err(Error::protocol(format!(
-                "internal: a field of a row block ({bad:?}) lies outside its {} bytes",
+                "internal: a field of a row block lies outside its {} bytes",
                 data.len()
             )));
         }

@@ -36,11 +36,74 @@ pub(crate) fn write_text(out: &mut Vec<u8>, text: &Text) {
     write_str_bytes(out, text.as_bytes());
 }
 
+/// Appends `bytes` as a JSON string literal if they are valid UTF-8 (true); appends
+/// nothing if they are not (false). The ASCII prefix, which is most text, is found
+/// sixteen bytes at a time and needs no further check; the standard library validates
+/// the rest from the first other byte on (an ASCII prefix cannot split a character).
+pub(crate) fn write_utf8(out: &mut Vec<u8>, bytes: &[u8]) -> bool {
+    // Blocks of ASCII that need no escaping: most text is all such blocks but a short
+    // tail. One scan both validates and clears them for copying.
+    let mut clean = 0;
+    while let Some(block) = block_at::<16>(bytes, clean)
+        && is_clean_ascii(block)
+    {
+        clean += 16;
+    }
+    if bytes.len() - clean < 16 {
+        // Less than a block left: the last sixteen bytes (overlapping some found clean)
+        // settle it at once, or, in a shorter string, each byte.
+        match bytes
+            .len()
+            .checked_sub(16)
+            .and_then(|at| block_at::<16>(bytes, at))
+        {
+            Some(last) if is_clean_ascii(last) => clean = bytes.len(),
+            Some(_) => {}
+            None => {
+                while bytes
+                    .get(clean)
+                    .is_some_and(|&b| ESCAPE[b as usize] == 0 && b.is_ascii())
+                {
+                    clean += 1;
+                }
+            }
+        }
+    }
+    let rest = bytes.get(clean..).unwrap_or_default();
+    if !rest.is_empty() && std::str::from_utf8(rest).is_err() {
+        return false;
+    }
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(bytes.get(..clean).unwrap_or_default());
+    if !rest.is_empty() {
+        write_escaped(out, rest);
+    }
+    out.push(b'"');
+    true
+}
+
+/// Whether the `N` bytes are ASCII and none needs escaping (as [`is_clean`], one more
+/// vector compare).
+fn is_clean_ascii<const N: usize>(block: &[u8; N]) -> bool {
+    let mut escape = false;
+    for &b in block {
+        escape |= (b < 0x20) | (b == b'"') | (b == b'\\') | (b >= 0x80);
+    }
+    !escape
+}
+
 /// Escaping looks only at ASCII bytes and copies the rest unchanged, so valid UTF-8 in
 /// gives valid UTF-8 out; callers pass only bytes known to be UTF-8.
 fn write_str_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.reserve(bytes.len() + 2);
     out.push(b'"');
+    write_escaped(out, bytes);
+    out.push(b'"');
+}
+
+/// Appends `bytes` escaped for a JSON string, without the quotes.
+fn write_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
     let mut start = 0;
     let mut i = 0;
     let mut tail_tried = false;
@@ -93,7 +156,6 @@ fn write_str_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
         i += 1;
     }
     out.extend_from_slice(bytes.get(start..).unwrap_or_default());
-    out.push(b'"');
 }
 
 /// Whether none of the `N` bytes needs escaping (a control character, a quote or a
@@ -322,6 +384,38 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn bytes_are_written_when_and_as_the_standard_library_validates_them(
+            bytes in proptest::collection::vec(any::<u8>(), 0..80),
+            text in "\\PC{0,40}",
+            ascii in "[\\x00-\\x7f]{0,70}",
+            at in 0usize..40,
+        ) {
+            // Arbitrary bytes (mostly invalid) and valid text with a cut or a stray byte.
+            let mut mixed = text.clone().into_bytes();
+            let at = at.min(mixed.len());
+            let mut cut = mixed.clone();
+            cut.truncate(at);
+            mixed.insert(at, 0xff);
+            let controls = ascii.into_bytes();
+            for case in [bytes, text.into_bytes(), cut, mixed, controls] {
+                let mut out = b"x".to_vec();
+                let written = write_utf8(&mut out, &case);
+                match std::str::from_utf8(&case) {
+                    Ok(s) => {
+                        prop_assert!(written);
+                        let mut expected = b"x".to_vec();
+                        write_str(&mut expected, s);
+                        prop_assert_eq!(out, expected);
+                    }
+                    Err(_) => {
+                        prop_assert!(!written);
+                        prop_assert_eq!(out, b"x".to_vec());
+                    }
+                }
+            }
+        }
+
         #[test]
         fn strings_round_trip_through_serde_json(v in "\\PC*|[\\x00-\\x7f]*") {
             let text = s(&v);

@@ -18,7 +18,7 @@ use super::copy_binary::CopyBinaryDecoder;
 pub use super::copy_rows::CopyMessage;
 use super::copy_rows::{ROWS_PER_MESSAGE, check_ended, decode_rows};
 use super::parallel_decode::{DecoderPool, Segment};
-use super::row_blocks::CopyFieldDecoder;
+use super::row_blocks::{BlockBuilder, CopyFieldDecoder};
 use crate::catalog::{CatalogTable, decodes_from_binary};
 use crate::conn::ConnectionConfig;
 use crate::conn::sql_session::{CopyOut, SqlSession};
@@ -424,8 +424,9 @@ async fn copy_item_in_blocks(
 ) -> Result<u64, Error> {
     let (mut copy, context) = begin_item_copy(session, table, item).await?;
     let decoder = CopyFieldDecoder::for_table(table);
-    let mut framer = CopyBinaryDecoder::new(Some(table.column_types.len()));
-    let mut segment = Segment::default();
+    let width = table.column_types.len();
+    let mut framer = CopyBinaryDecoder::new(Some(width));
+    let mut block = BlockBuilder::with_capacity(ROWS_PER_MESSAGE, width, 64 * 1024);
     let mut full = Vec::new();
     let mut count = 0u64;
     loop {
@@ -434,10 +435,9 @@ async fn copy_item_in_blocks(
                 framer.decode(
                     data,
                     |row, spans| {
-                        segment.push(row, spans);
-                        if segment.rows() == ROWS_PER_MESSAGE || segment.size() >= SEGMENT_BYTES {
-                            let next = Segment::like(&segment);
-                            full.push(std::mem::replace(&mut segment, next));
+                        block.push(row, spans)?;
+                        if block.rows() == ROWS_PER_MESSAGE || block.size() >= SEGMENT_BYTES {
+                            full.push(block.take(&decoder)?);
                         }
                         Ok(())
                     },
@@ -448,7 +448,6 @@ async fn copy_item_in_blocks(
         // As in `copy_item`: what one read brought goes on before the next read, so a
         // full channel holds the COPY back.
         for rows in full.drain(..) {
-            let rows = rows.into_block(decoder.clone())?;
             count += rows.len() as u64;
             let sent = tx
                 .send(CopyMessage::Block {
@@ -465,8 +464,8 @@ async fn copy_item_in_blocks(
         }
     }
     check_ended(&framer, &context)?;
-    if segment.rows() > 0 {
-        let rows = segment.into_block(decoder)?;
+    if block.rows() > 0 {
+        let rows = block.take(&decoder)?;
         count += rows.len() as u64;
         let _ = tx
             .send(CopyMessage::Block {

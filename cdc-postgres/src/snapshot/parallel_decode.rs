@@ -61,11 +61,6 @@ impl Segment {
     pub(super) fn size(&self) -> usize {
         self.bytes.len() + self.fields.len() * std::mem::size_of::<Option<FieldSpan>>()
     }
-
-    /// The rows' bytes, where each row starts, and each row's field spans in turn.
-    pub(super) fn into_parts(self) -> (Vec<u8>, Vec<usize>, Vec<Option<FieldSpan>>) {
-        (self.bytes, self.rows, self.fields)
-    }
 }
 
 /// Decoder tasks for the rows of one work item.

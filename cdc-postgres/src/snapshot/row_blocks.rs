@@ -10,7 +10,7 @@ use cdc_core::{Error, FieldDecoder, FieldLayout, FieldSpan, RowBlock, TableName,
 use cdc_pgoutput::protocol::BytesView;
 use cdc_pgoutput::types::{self, ScalarKind, TypeInfo, TypeKind};
 
-use super::parallel_decode::Segment;
+use super::copy_binary::FieldSpan as CopyFieldSpan;
 use crate::catalog::{CatalogTable, decodes_from_binary};
 
 /// Reads the COPY fields of one table's rows: each column by its type's binary decoder,
@@ -104,34 +104,77 @@ impl FieldDecoder for CopyFieldDecoder {
     }
 }
 
-impl Segment {
-    /// The segment's rows as a block read by `decoder`.
-    pub(super) fn into_block(self, decoder: Arc<CopyFieldDecoder>) -> Result<RowBlock, Error> {
-        let width = decoder.columns.len();
-        let (bytes, starts, fields) = self.into_parts();
-        let mut spans = Vec::with_capacity(fields.len());
-        for (index, &start) in starts.iter().enumerate() {
-            let Some(row) = fields.get(index * width..(index + 1) * width) else {
-                return Err(Error::protocol(format!(
-                    "internal: a segment of {} lacks the fields of its row {index}",
-                    decoder.table
-                )));
-            };
-            for field in row {
-                spans.push(match field {
-                    None => FieldSpan::NULL,
-                    Some(span) => {
-                        let range = span.at(start);
-                        FieldSpan::new(range.start, range.len()).ok_or_else(|| {
-                            Error::protocol(format!(
-                                "internal: a segment of {} passed 4 GiB",
-                                decoder.table
-                            ))
-                        })?
-                    }
-                });
-            }
+/// Rows of one COPY gathered into a block: their bytes and each field's span within
+/// them, made as the reader's framing finds the rows (one pass, no second walk).
+pub(super) struct BlockBuilder {
+    bytes: Vec<u8>,
+    spans: Vec<FieldSpan>,
+    rows: usize,
+}
+
+impl BlockBuilder {
+    /// An empty builder with room for about what `rows` rows of `width` fields and
+    /// `bytes` bytes take.
+    pub(super) fn with_capacity(rows: usize, width: usize, bytes: usize) -> Self {
+        BlockBuilder {
+            bytes: Vec::with_capacity(bytes),
+            spans: Vec::with_capacity(rows.saturating_mul(width)),
+            rows: 0,
         }
-        RowBlock::new(Bytes::from(bytes), spans, width, decoder)
+    }
+
+    /// Adds a row: its bytes and its fields' spans within them. Fails when the block
+    /// would pass 4 GiB (the caller cuts blocks at a megabyte; one row cannot).
+    pub(super) fn push(
+        &mut self,
+        row: &[u8],
+        fields: &[Option<CopyFieldSpan>],
+    ) -> Result<(), Error> {
+        let base = self.bytes.len();
+        let end = base
+            .checked_add(row.len())
+            .filter(|&end| end < u32::MAX as usize);
+        let Some(_) = end else {
+            return Err(Error::protocol(
+                "internal: a snapshot row block would pass 4 GiB",
+            ));
+        };
+        self.bytes.extend_from_slice(row);
+        for field in fields {
+            // Within the row (the framing found them there), so below `end`: the casts
+            // keep every value.
+            self.spans.push(match field {
+                None => FieldSpan::NULL,
+                Some(span) => {
+                    let range = span.at(base);
+                    FieldSpan::from_u32(range.start as u32, range.len() as u32).ok_or_else(
+                        || Error::protocol("internal: a snapshot field's span passes 4 GiB"),
+                    )?
+                }
+            });
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// Rows held.
+    pub(super) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Bytes held.
+    pub(super) fn size(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// The rows as a block read by `decoder`; the builder starts over with room for as
+    /// much.
+    pub(super) fn take(&mut self, decoder: &Arc<CopyFieldDecoder>) -> Result<RowBlock, Error> {
+        let (held, fields) = (self.bytes.len(), self.spans.len());
+        let bytes = std::mem::replace(&mut self.bytes, Vec::with_capacity(held + held / 8));
+        let spans = std::mem::replace(&mut self.spans, Vec::with_capacity(fields));
+        self.rows = 0;
+        let width = decoder.columns.len();
+        RowBlock::new(Bytes::from(bytes), spans, width, decoder.clone())
     }
 }

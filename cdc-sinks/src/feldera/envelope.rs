@@ -11,7 +11,7 @@ use cdc_core::{
 use super::format::{ColumnCtx, write_value};
 use super::frame::{Frame, FrameSet};
 use super::policy::{Policies, PolicyCase, PolicyLog, TruncatePolicy};
-use crate::json::{write_int, write_str};
+use crate::json::{write_int, write_str, write_utf8};
 
 /// Options of the Feldera-style encoding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -308,7 +308,32 @@ impl FelderaEncoder {
                 p.schema.columns.len()
             )));
         }
-        let layouts: Vec<FieldLayout> = (0..rows.width()).map(|i| rows.layout(i)).collect();
+        // Per block, not per row: the envelope's start with the first column's key, and
+        // `,"key":` for each other column, so a row takes one copy per column.
+        let mut start = vec![b'{'];
+        if self.options.table_key {
+            start.extend_from_slice(&p.table_member);
+        }
+        start.extend_from_slice(Op::Insert.member());
+        start.push(b'{');
+        let mut keys: Vec<Vec<u8>> = Vec::with_capacity(p.keys.len());
+        for (i, key) in p.keys.iter().enumerate() {
+            let mut joined = Vec::with_capacity(key.len() + 1);
+            if i > 0 {
+                joined.push(b',');
+            }
+            joined.extend_from_slice(key);
+            keys.push(joined);
+        }
+        if let Some(first) = keys.first() {
+            start.extend_from_slice(first);
+        }
+        let fixed = start.len() + keys.iter().skip(1).map(Vec::len).sum::<usize>() + 2;
+        let columns: Vec<(FieldLayout, &[u8])> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, key)| (rows.layout(i), key.as_slice()))
+            .collect();
         let policies = &self.options.policies;
         let log = &mut self.log;
         for row in 0..n {
@@ -316,34 +341,29 @@ impl FelderaEncoder {
                 break;
             };
             let out = frame.begin_value();
-            out.push(b'{');
-            if self.options.table_key {
-                out.extend_from_slice(&p.table_member);
-            }
-            out.extend_from_slice(Op::Insert.member());
-            out.push(b'{');
-            for (i, (field, key)) in fields.zip(&p.keys).enumerate() {
+            // Integers take at most 20 bytes; text reserves its own escapes.
+            out.reserve(fixed + 20 * columns.len());
+            out.extend_from_slice(&start);
+            for (i, (field, &(layout, key))) in fields.zip(&columns).enumerate() {
+                // The first key is part of the envelope's start.
                 if i > 0 {
-                    out.push(b',');
+                    out.extend_from_slice(key);
                 }
-                out.extend_from_slice(key);
                 let Some(bytes) = field else {
                     out.extend_from_slice(b"null");
                     continue;
                 };
-                let direct = match layouts.get(i) {
-                    Some(FieldLayout::Int2) => <[u8; 2]>::try_from(bytes)
+                let direct = match layout {
+                    FieldLayout::Int2 => <[u8; 2]>::try_from(bytes)
                         .map(|b| write_int(out, i16::from_be_bytes(b)))
                         .is_ok(),
-                    Some(FieldLayout::Int4) => <[u8; 4]>::try_from(bytes)
+                    FieldLayout::Int4 => <[u8; 4]>::try_from(bytes)
                         .map(|b| write_int(out, i32::from_be_bytes(b)))
                         .is_ok(),
-                    Some(FieldLayout::Int8) => <[u8; 8]>::try_from(bytes)
+                    FieldLayout::Int8 => <[u8; 8]>::try_from(bytes)
                         .map(|b| write_int(out, i64::from_be_bytes(b)))
                         .is_ok(),
-                    Some(FieldLayout::Text) => std::str::from_utf8(bytes)
-                        .map(|text| write_str(out, text))
-                        .is_ok(),
+                    FieldLayout::Text => write_utf8(out, bytes),
                     _ => false,
                 };
                 if direct {
