@@ -77,6 +77,9 @@ pub struct Batches {
     /// The batch holds a chunk's `ChunkStarted` but not yet its `ChunkCompleted`: the
     /// limits wait for the chunk's end.
     building_chunk: bool,
+    /// The events the batch being built stands for: a block of snapshot rows counts as its
+    /// rows, so `max_events` bounds the rows a sink gets at once either way.
+    building_held: usize,
     /// Highest position put into a batch: an event at or before it, streamed again after
     /// a reconnect, is already in one.
     queued_upto: Option<Position>,
@@ -97,6 +100,7 @@ impl Batches {
             building: ChangeBatch::new(),
             building_since: None,
             building_chunk: false,
+            building_held: 0,
             queued_upto: None,
             covered_position: None,
             covered_end: None,
@@ -275,6 +279,7 @@ impl Batches {
                         EventKind::Snapshot(SnapshotMarker::ChunkCompleted { .. })
                     );
                     let end_before = self.building.commit_end;
+                    self.building_held += event.events_held();
                     self.building.push(event);
                     if starts_chunk {
                         self.building_chunk = true;
@@ -304,7 +309,7 @@ impl Batches {
                 }
             }
             if !self.building_chunk
-                && (self.building.len() >= self.rules.max_events
+                && (self.building_held >= self.rules.max_events
                     || self.building.byte_size >= self.rules.max_bytes)
             {
                 // A table's last snapshot row and its completion go out together (an
@@ -331,6 +336,7 @@ impl Batches {
             && let Some(Pending::Event(next)) = self.pending.pop_front()
         {
             self.queued_upto = Some(next.position);
+            self.building_held += 1;
             self.building.push(next);
         }
     }
@@ -348,6 +354,7 @@ impl Batches {
         let room = self.building.len();
         let batch = std::mem::replace(&mut self.building, ChangeBatch::with_capacity(room));
         self.building_since = None;
+        self.building_held = 0;
         self.covered_position = self.covered_position.max(batch.last_position());
         self.covered_end = self.covered_end.max(batch.commit_end);
         self.covered_complete = self.covered_complete.max(self.building_complete.take());

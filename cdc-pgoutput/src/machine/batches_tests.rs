@@ -242,3 +242,59 @@ fn what_was_handed_out_and_the_final_batch() {
     assert_eq!(batches.handed_out_upto(Lsn(50)), Lsn(200));
     assert_eq!(batches.handed_out_upto(Lsn(300)), Lsn(300));
 }
+
+/// A block of `rows` one-column rows (big-endian int4) whose last row is at `ordinal`.
+fn block(lsn: u64, ordinal: u64, rows: usize) -> ChangeEvent {
+    struct Int4;
+    impl cdc_core::FieldDecoder for Int4 {
+        fn layout(&self, _column: usize) -> cdc_core::FieldLayout {
+            cdc_core::FieldLayout::Int4
+        }
+        fn decode(
+            &self,
+            _column: usize,
+            data: &bytes::Bytes,
+            range: std::ops::Range<usize>,
+        ) -> Result<Value, cdc_core::Error> {
+            let bytes: [u8; 4] = data[range]
+                .try_into()
+                .map_err(|_| cdc_core::Error::protocol("length"))?;
+            Ok(Value::Int4(i32::from_be_bytes(bytes)))
+        }
+    }
+    let data = bytes::Bytes::from(vec![0u8; 4 * rows]);
+    let spans = (0..rows)
+        .map(|r| cdc_core::FieldSpan::new(4 * r, 4).unwrap())
+        .collect();
+    let rows = cdc_core::RowBlock::new(data, spans, 1, Arc::new(Int4)).unwrap();
+    at(
+        lsn,
+        ordinal,
+        EventKind::InsertBlock {
+            table: table(),
+            rows,
+        },
+    )
+}
+
+#[test]
+fn a_block_counts_as_its_rows_against_the_event_limit() {
+    let start = Instant::now();
+    let mut batches = Batches::new(RULES);
+    // Blocks of two rows: two of them stand for four events, over the limit of three.
+    batches.push_event(block(0x10, 1, 2));
+    batches.push_event(block(0x10, 3, 2));
+    batches.push_event(block(0x10, 5, 2));
+    assert!(batches.fill(start).full);
+    let first = batches.take();
+    assert_eq!(
+        first.len(),
+        2,
+        "two blocks of two rows reach the limit of three"
+    );
+    assert!(
+        !batches.fill(start).full,
+        "the last block alone is under it"
+    );
+    assert_eq!(batches.take().len(), 1);
+}
