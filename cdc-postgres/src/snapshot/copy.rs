@@ -14,7 +14,7 @@ use cdc_core::{Error, TableName, quote_identifier};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::copy_binary::CopyBinaryDecoder;
+use super::copy_binary::{CopyBinaryDecoder, FieldSpan};
 pub use super::copy_rows::CopyMessage;
 use super::copy_rows::{ROWS_PER_MESSAGE, check_ended, decode_rows};
 use super::parallel_decode::{DecoderPool, Segment};
@@ -358,10 +358,81 @@ async fn copy_item(
     Ok(count)
 }
 
+/// Whole rows of one COPY gathered for one message.
+pub(super) trait RowGroup {
+    /// What one message carries.
+    type Out;
+    /// Adds a row: its bytes and its fields' spans within them.
+    fn push(&mut self, row: &[u8], spans: &[Option<FieldSpan>]) -> Result<(), Error>;
+    /// Rows held.
+    fn rows(&self) -> usize;
+    /// Bytes held.
+    fn size(&self) -> usize;
+    /// The rows held, for a message; the group starts over with room for as much.
+    fn take(&mut self) -> Result<Self::Out, Error>;
+}
+
+/// A COPY read in groups of [`ROWS_PER_MESSAGE`] whole rows (fewer when they reach
+/// [`SEGMENT_BYTES`]).
+struct GroupedCopy<G> {
+    framer: CopyBinaryDecoder,
+    group: G,
+    ended: bool,
+}
+
+impl<G: RowGroup> GroupedCopy<G> {
+    fn new(width: usize, group: G) -> Self {
+        GroupedCopy {
+            framer: CopyBinaryDecoder::new(Some(width)),
+            group,
+            ended: false,
+        }
+    }
+
+    /// The groups one read of `copy` completes (the caller hands them on before the next
+    /// read, so a full queue holds the COPY back and memory stays bounded); at the end of
+    /// the COPY, checked whole, its last group; `None` once everything was handed out.
+    /// Errors name `context`.
+    async fn next(
+        &mut self,
+        session: &mut SqlSession,
+        copy: &mut CopyOut,
+        context: &str,
+    ) -> Result<Option<Vec<G::Out>>, Error> {
+        if self.ended {
+            return Ok(None);
+        }
+        let mut full = Vec::new();
+        let (framer, group) = (&mut self.framer, &mut self.group);
+        let more = session
+            .copy_data(copy, |data| {
+                framer.decode(
+                    data,
+                    |row, spans| {
+                        group.push(row, spans)?;
+                        if group.rows() == ROWS_PER_MESSAGE || group.size() >= SEGMENT_BYTES {
+                            full.push(group.take()?);
+                        }
+                        Ok(())
+                    },
+                    |e| Error::protocol(format!("{context}: {e}")),
+                )
+            })
+            .await?;
+        if !more {
+            self.ended = true;
+            check_ended(&self.framer, context)?;
+            if self.group.rows() > 0 {
+                full.push(self.group.take()?);
+            }
+        }
+        Ok(Some(full))
+    }
+}
+
 /// Copies one work item on `session` as [`copy_item`] does, but only cuts the data into
-/// segments of [`ROWS_PER_MESSAGE`] whole rows (fewer when they reach [`SEGMENT_BYTES`])
-/// here, for `item.decoders` decoder tasks
-/// (see [`DecoderPool`]); each segment is one message of rows. Returns the rows copied.
+/// segments of whole rows here, for `item.decoders` decoder tasks (see [`DecoderPool`]);
+/// each segment is one message of rows. Returns the rows copied.
 async fn copy_item_in_segments(
     session: &mut SqlSession,
     tables: &Arc<Vec<CatalogTable>>,
@@ -371,51 +442,23 @@ async fn copy_item_in_segments(
 ) -> Result<u64, Error> {
     let (mut copy, context) = begin_item_copy(session, table, item).await?;
     let mut pool = DecoderPool::start(item.decoders, tables, item.table, &context, tx);
-    let mut framer = CopyBinaryDecoder::new(Some(table.column_types.len()));
-    let mut segment = Segment::default();
-    let mut full = Vec::new();
-    loop {
-        let more = session
-            .copy_data(&mut copy, |data| {
-                framer.decode(
-                    data,
-                    |row, spans| {
-                        segment.push(row, spans);
-                        if segment.rows() == ROWS_PER_MESSAGE || segment.size() >= SEGMENT_BYTES {
-                            let next = Segment::like(&segment);
-                            full.push(std::mem::replace(&mut segment, next));
-                        }
-                        Ok(())
-                    },
-                    |e| Error::protocol(format!("{context}: {e}")),
-                )
-            })
-            .await?;
-        // As in `copy_item`: what one read brought goes on before the next read, so a
-        // full queue holds the COPY back.
-        for batch in full.drain(..) {
-            if !pool.send(batch).await {
+    let mut reader = GroupedCopy::new(table.column_types.len(), Segment::default());
+    while let Some(segments) = reader.next(session, &mut copy, &context).await? {
+        for segment in segments {
+            if !pool.send(segment).await {
                 // The decoders stopped: their error, or nobody takes the rows any more
-                // (the session is dropped mid-COPY).
+                // (the session is dropped mid-COPY); `finish` says which.
                 return pool.finish().await;
             }
         }
-        if !more {
-            break;
-        }
-    }
-    check_ended(&framer, &context)?;
-    if segment.rows() > 0 {
-        // Refused only when the decoders stopped, which `finish` reports.
-        pool.send(segment).await;
     }
     pool.finish().await
 }
 
 /// Copies one work item on `session` as [`copy_item`] does, but leaves the rows
-/// undecoded: they go out in blocks of [`ROWS_PER_MESSAGE`] whole rows (fewer when they
-/// reach [`SEGMENT_BYTES`]) with the table's decoder, for a sink that takes row blocks
-/// and reads most fields straight from their bytes. Returns the rows copied.
+/// undecoded: they go out in blocks of whole rows with the table's decoder, for a sink
+/// that takes row blocks and reads most fields straight from their bytes. Returns the
+/// rows copied (fewer when the receiver is gone).
 async fn copy_item_in_blocks(
     session: &mut SqlSession,
     table: &CatalogTable,
@@ -423,56 +466,21 @@ async fn copy_item_in_blocks(
     tx: &mpsc::Sender<CopyMessage>,
 ) -> Result<u64, Error> {
     let (mut copy, context) = begin_item_copy(session, table, item).await?;
-    let decoder = CopyFieldDecoder::for_table(table);
-    let width = table.column_types.len();
-    let mut framer = CopyBinaryDecoder::new(Some(width));
-    let mut block = BlockBuilder::with_capacity(ROWS_PER_MESSAGE, width, 64 * 1024);
-    let mut full = Vec::new();
+    let blocks = BlockBuilder::new(CopyFieldDecoder::for_table(table), ROWS_PER_MESSAGE);
+    let mut reader = GroupedCopy::new(table.column_types.len(), blocks);
     let mut count = 0u64;
-    loop {
-        let more = session
-            .copy_data(&mut copy, |data| {
-                framer.decode(
-                    data,
-                    |row, spans| {
-                        block.push(row, spans)?;
-                        if block.rows() == ROWS_PER_MESSAGE || block.size() >= SEGMENT_BYTES {
-                            full.push(block.take(&decoder)?);
-                        }
-                        Ok(())
-                    },
-                    |e| Error::protocol(format!("{context}: {e}")),
-                )
-            })
-            .await?;
-        // As in `copy_item`: what one read brought goes on before the next read, so a
-        // full channel holds the COPY back.
-        for rows in full.drain(..) {
+    while let Some(blocks) = reader.next(session, &mut copy, &context).await? {
+        for rows in blocks {
             count += rows.len() as u64;
-            let sent = tx
-                .send(CopyMessage::Block {
-                    table: item.table,
-                    rows,
-                })
-                .await;
-            if sent.is_err() {
+            let message = CopyMessage::Block {
+                table: item.table,
+                rows,
+            };
+            if tx.send(message).await.is_err() {
+                // Nobody takes the rows any more: the session is dropped mid-COPY.
                 return Ok(count);
             }
         }
-        if !more {
-            break;
-        }
-    }
-    check_ended(&framer, &context)?;
-    if block.rows() > 0 {
-        let rows = block.take(&decoder)?;
-        count += rows.len() as u64;
-        let _ = tx
-            .send(CopyMessage::Block {
-                table: item.table,
-                rows,
-            })
-            .await;
     }
     Ok(count)
 }

@@ -15,6 +15,7 @@ use cdc_pgoutput::protocol::BytesView;
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinSet;
 
+use super::copy::RowGroup;
 use super::copy_binary::FieldSpan;
 use super::copy_rows::{CopyMessage, ROWS_PER_MESSAGE, decode_fields_with};
 use crate::catalog::CatalogTable;
@@ -44,22 +45,30 @@ impl Segment {
             fields: Vec::with_capacity(previous.fields.len()),
         }
     }
+}
 
-    /// Adds a row: its bytes and its fields' spans within them.
-    pub(super) fn push(&mut self, row: &[u8], spans: &[Option<FieldSpan>]) {
+impl RowGroup for Segment {
+    type Out = Segment;
+
+    fn push(&mut self, row: &[u8], spans: &[Option<FieldSpan>]) -> Result<(), Error> {
         self.rows.push(self.bytes.len());
         self.bytes.extend_from_slice(row);
         self.fields.extend_from_slice(spans);
+        Ok(())
     }
 
-    /// Rows held.
-    pub(super) fn rows(&self) -> usize {
+    fn rows(&self) -> usize {
         self.rows.len()
     }
 
     /// Bytes held, rows and the spans of their fields.
-    pub(super) fn size(&self) -> usize {
+    fn size(&self) -> usize {
         self.bytes.len() + self.fields.len() * std::mem::size_of::<Option<FieldSpan>>()
+    }
+
+    fn take(&mut self) -> Result<Segment, Error> {
+        let next = Segment::like(self);
+        Ok(std::mem::replace(self, next))
     }
 }
 
@@ -288,7 +297,7 @@ mod tests {
                                 segments.push(Segment::default());
                             }
                             if let Some(last) = segments.last_mut() {
-                                last.push(row, spans);
+                                last.push(row, spans)?;
                             }
                             Ok::<(), Error>(())
                         },
@@ -319,7 +328,7 @@ mod tests {
     #[test]
     fn a_segment_without_the_fields_of_a_row_is_an_error_not_a_short_row() {
         let mut segment = Segment::default();
-        segment.push(b"\0\0", &[]);
+        segment.push(b"\0\0", &[]).unwrap();
         let error = decode_segment(&table(), "COPY of public.t failed", segment).unwrap_err();
         assert!(error.to_string().contains("lacks the fields"), "{error}");
     }

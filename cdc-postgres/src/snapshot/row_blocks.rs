@@ -10,6 +10,7 @@ use cdc_core::{Error, FieldDecoder, FieldLayout, FieldSpan, RowBlock, TableName,
 use cdc_pgoutput::protocol::BytesView;
 use cdc_pgoutput::types::{self, ScalarKind, TypeInfo, TypeKind};
 
+use super::copy::RowGroup;
 use super::copy_binary::FieldSpan as CopyFieldSpan;
 use crate::catalog::{CatalogTable, decodes_from_binary};
 
@@ -107,29 +108,31 @@ impl FieldDecoder for CopyFieldDecoder {
 /// Rows of one COPY gathered into a block: their bytes and each field's span within
 /// them, made as the reader's framing finds the rows (one pass, no second walk).
 pub(super) struct BlockBuilder {
+    decoder: Arc<CopyFieldDecoder>,
     bytes: Vec<u8>,
     spans: Vec<FieldSpan>,
     rows: usize,
 }
 
 impl BlockBuilder {
-    /// An empty builder with room for about what `rows` rows of `width` fields and
-    /// `bytes` bytes take.
-    pub(super) fn with_capacity(rows: usize, width: usize, bytes: usize) -> Self {
+    /// An empty builder of blocks read by `decoder`, with room for about `rows` rows.
+    pub(super) fn new(decoder: Arc<CopyFieldDecoder>, rows: usize) -> Self {
+        let width = decoder.columns.len();
         BlockBuilder {
-            bytes: Vec::with_capacity(bytes),
+            decoder,
+            bytes: Vec::with_capacity(64 * 1024),
             spans: Vec::with_capacity(rows.saturating_mul(width)),
             rows: 0,
         }
     }
+}
 
-    /// Adds a row: its bytes and its fields' spans within them. Fails when the block
-    /// would pass 4 GiB (the caller cuts blocks at a megabyte; one row cannot).
-    pub(super) fn push(
-        &mut self,
-        row: &[u8],
-        fields: &[Option<CopyFieldSpan>],
-    ) -> Result<(), Error> {
+impl RowGroup for BlockBuilder {
+    type Out = RowBlock;
+
+    /// Fails when the block would pass 4 GiB (blocks are cut at a megabyte; one row
+    /// cannot).
+    fn push(&mut self, row: &[u8], fields: &[Option<CopyFieldSpan>]) -> Result<(), Error> {
         let base = self.bytes.len();
         let end = base
             .checked_add(row.len())
@@ -157,24 +160,20 @@ impl BlockBuilder {
         Ok(())
     }
 
-    /// Rows held.
-    pub(super) fn rows(&self) -> usize {
+    fn rows(&self) -> usize {
         self.rows
     }
 
-    /// Bytes held.
-    pub(super) fn size(&self) -> usize {
+    fn size(&self) -> usize {
         self.bytes.len()
     }
 
-    /// The rows as a block read by `decoder`; the builder starts over with room for as
-    /// much.
-    pub(super) fn take(&mut self, decoder: &Arc<CopyFieldDecoder>) -> Result<RowBlock, Error> {
+    fn take(&mut self) -> Result<RowBlock, Error> {
         let (held, fields) = (self.bytes.len(), self.spans.len());
         let bytes = std::mem::replace(&mut self.bytes, Vec::with_capacity(held + held / 8));
         let spans = std::mem::replace(&mut self.spans, Vec::with_capacity(fields));
         self.rows = 0;
-        let width = decoder.columns.len();
-        RowBlock::new(Bytes::from(bytes), spans, width, decoder.clone())
+        let width = self.decoder.columns.len();
+        RowBlock::new(Bytes::from(bytes), spans, width, self.decoder.clone())
     }
 }
