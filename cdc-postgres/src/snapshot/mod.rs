@@ -11,6 +11,7 @@ mod copy_rows;
 pub mod key_compare;
 mod parallel_decode;
 mod row_blocks;
+mod row_group;
 pub mod whole_table;
 
 pub use chunk::ChunkRead;

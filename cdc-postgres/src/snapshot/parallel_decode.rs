@@ -15,9 +15,9 @@ use cdc_pgoutput::protocol::BytesView;
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinSet;
 
-use super::copy::RowGroup;
 use super::copy_binary::FieldSpan;
 use super::copy_rows::{CopyMessage, ROWS_PER_MESSAGE, decode_fields_with};
+use super::row_group::RowGroup;
 use crate::catalog::CatalogTable;
 
 /// Segments waiting per decoder: enough that a decoder finishing one finds the next, few

@@ -10,8 +10,8 @@ use cdc_core::{Error, FieldDecoder, FieldLayout, FieldSpan, RowBlock, TableName,
 use cdc_pgoutput::protocol::BytesView;
 use cdc_pgoutput::types::{self, ScalarKind, TypeInfo, TypeKind};
 
-use super::copy::RowGroup;
 use super::copy_binary::FieldSpan as CopyFieldSpan;
+use super::row_group::RowGroup;
 use crate::catalog::{CatalogTable, decodes_from_binary};
 
 /// Reads the COPY fields of one table's rows: each column by its type's binary decoder,
