@@ -8,7 +8,7 @@
 //! the token (or reports it later through the [`Acknowledger`]) — and runs a [`Pipeline`]
 //! from a source (`cdc_postgres::source::PgSource`) into it. The pipeline confirms to the
 //! source only what the sink acknowledged, so a crash loses and duplicates nothing when the
-//! sink keeps that contract; the [`conformance`] kit (feature `conformance`) proves it from
+//! sink keeps that contract; the `conformance` kit (feature `conformance`) proves it from
 //! the engine's own tests. The user guide's library page (`docs/library.md` in the
 //! repository) walks through it.
 //!
