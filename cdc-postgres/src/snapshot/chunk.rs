@@ -258,14 +258,21 @@ pub(crate) async fn read_chunk(
 
 /// The statement that begins a `REPEATABLE READ READ ONLY` transaction and returns its
 /// snapshot (`pg_current_snapshot()` as text) and the WAL position read right after the
-/// snapshot was taken — the insert position, or on a standby (`in_recovery`) the replay
-/// position: every transaction the snapshot sees committed before it. See
-/// [`parse_snapshot`].
+/// snapshot was taken — the insert position, or on a standby (`in_recovery`) the received
+/// position (past the record being replayed): every transaction the snapshot sees
+/// committed before it. See [`parse_snapshot`].
 pub(super) fn snapshot_query(in_recovery: bool) -> String {
     // The first statement of the transaction takes its snapshot; the WAL position is
     // read in the same statement, after it.
+    // On a standby a commit becomes visible when its record is redone, and the replay
+    // position moves past the record only after that (`ApplyWalRecord`: `rm_redo`, then
+    // `lastReplayedEndRecPtr`): a snapshot can see a transaction whose commit ends after
+    // the replay position read next, and the chunk's window would close before that
+    // commit and apply it a second time (seen once in `standby` under kills: an update
+    // applied twice). The received and flushed position is past every record being
+    // redone; the replay position stands in where nothing streams (NULL receive position).
     let position = if in_recovery {
-        "pg_last_wal_replay_lsn()"
+        "greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())"
     } else {
         "pg_current_wal_insert_lsn()"
     };
